@@ -1,0 +1,35 @@
+# Two commands a new machine needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: run test lint typecheck bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# llama-cpp-python compiles llama.cpp from source (~12 min on 2 cores); pip keeps the built wheel in
+# its cache, so only the first install on a machine pays for it.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -e '.[local,test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/responses-gateway serve --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/protocol.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

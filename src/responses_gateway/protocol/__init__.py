@@ -1,0 +1,22 @@
+"""The Responses event protocol, sans-IO: no sockets, no asyncio, no framework imports.
+
+``StreamBuilder`` emits events from semantic calls; ``Accumulator`` turns any event stream back into
+a Response; ``SSEDecoder``/``encode_event`` are the incremental wire codec; ``check`` validates a
+stream against the rules real clients enforce.
+"""
+
+from .builder import TERMINAL_EVENTS, BuilderError, Item, StreamBuilder, error_event
+from .response import ECHOED_DEFAULTS, empty_usage, make_usage, new_id, new_response
+
+__all__ = [
+    "ECHOED_DEFAULTS",
+    "TERMINAL_EVENTS",
+    "BuilderError",
+    "Item",
+    "StreamBuilder",
+    "empty_usage",
+    "error_event",
+    "make_usage",
+    "new_id",
+    "new_response",
+]

@@ -1,0 +1,720 @@
+"""StreamBuilder: the only code that emits Responses streaming events.
+
+Providers and tools drive it through semantic calls (open a message, text delta, start a function
+call, reasoning delta, finish). It alone assigns ``sequence_number``, item ids, ``output_index``,
+``content_index`` and ``summary_index``; it emits every ``added`` before the deltas and every ``done``
+with the full accumulated value, and keeps the Response snapshot that lifecycle events carry.
+
+It is sans-IO: events are plain dicts appended to a pending list that the caller drains with
+:meth:`StreamBuilder.take` and sends however it likes. Misuse raises :class:`BuilderError` at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+from .response import ID_PREFIXES, JSON, make_usage, new_id
+
+__all__ = ["BuilderError", "Item", "StreamBuilder", "TERMINAL_EVENTS"]
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+RawReasoningSpelling = Literal["reasoning_text", "reasoning"]
+KeepaliveMode = Literal["in_progress", "ping"]
+
+# Built-in tool call items and the progress phases each may report between ``in_progress`` (emitted by
+# open_tool_call) and ``completed`` (or, for MCP, ``failed``; emitted by close_tool_call). Events are
+# named ``response.<kind>.<phase>``.
+TOOL_PHASES: dict[str, tuple[str, ...]] = {
+    "web_search_call": ("searching",),
+    "file_search_call": ("searching",),
+    "code_interpreter_call": ("interpreting",),
+    "image_generation_call": ("generating",),
+    "mcp_call": (),
+    "mcp_list_tools": (),
+}
+
+
+class BuilderError(RuntimeError):
+    """A provider drove the builder in a way that would emit an invalid stream."""
+
+
+class Item:
+    """One output item being built. Providers hold it as a handle and pass it back."""
+
+    __slots__ = (
+        "buf",
+        "content_index",
+        "data",
+        "id",
+        "kind",
+        "open",
+        "output_index",
+        "part_kind",
+        "summary_index",
+        "summary_open",
+    )
+
+    def __init__(self, kind: str, item_id: str, output_index: int, data: JSON) -> None:
+        self.kind = kind
+        self.id = item_id
+        self.output_index = output_index
+        self.data = data
+        self.open = True
+        # The content part (message/reasoning text) or summary part being streamed, if any.
+        self.part_kind: str | None = None
+        self.content_index = -1
+        self.summary_index = -1
+        self.summary_open = False
+        self.buf: list[str] = []
+
+    def __repr__(self) -> str:
+        state = "open" if self.open else "done"
+        return f"<Item {self.kind} {self.id} #{self.output_index} {state}>"
+
+
+class StreamBuilder:
+    """Builds one Response's event stream from semantic calls."""
+
+    def __init__(
+        self,
+        response: JSON,
+        *,
+        raw_reasoning: RawReasoningSpelling = "reasoning_text",
+        id_factory: Callable[[str], str] = new_id,
+        error_event_on_failure: bool = True,
+    ) -> None:
+        self.response = response
+        self._raw_reasoning = raw_reasoning
+        self._new_id = id_factory
+        self._error_event_on_failure = error_event_on_failure
+        self._seq = 0
+        self._pending: list[JSON] = []
+        self._items: list[Item] = []
+        self._open: dict[str, Item] = {}
+        self._started = False
+        self._finished = False
+
+    # ------------------------------------------------------------------ draining
+    def take(self) -> list[JSON]:
+        """Return the events emitted since the last call, oldest first."""
+        pending = self._pending
+        self._pending = []
+        return pending
+
+    @property
+    def sequence_number(self) -> int:
+        """The sequence number the next event will get."""
+        return self._seq
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def items(self) -> list[Item]:
+        return list(self._items)
+
+    @property
+    def open_items(self) -> list[Item]:
+        return list(self._open.values())
+
+    def _emit(self, event: JSON) -> JSON:
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        self._pending.append(event)
+        return event
+
+    def snapshot(self) -> JSON:
+        """A copy of the Response as it stands: finished items only, in output order."""
+        snap = dict(self.response)
+        snap["output"] = [it.data for it in self._items if not it.open]
+        return snap
+
+    def _lifecycle(self, event_type: str) -> JSON:
+        return self._emit({"type": event_type, "sequence_number": 0, "response": self.snapshot()})
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, *, queued: bool = False) -> None:
+        """Emit ``response.created`` then ``response.in_progress`` (or ``response.queued``)."""
+        if self._started:
+            raise BuilderError("start() called twice")
+        self._started = True
+        self.response["status"] = "queued" if queued else "in_progress"
+        self._lifecycle("response.created")
+        self._lifecycle("response.queued" if queued else "response.in_progress")
+
+    def mark_in_progress(self) -> None:
+        """Move a queued response to ``in_progress`` (background mode picks it up)."""
+        self._check_running()
+        if self.response["status"] != "in_progress":
+            self.response["status"] = "in_progress"
+            self._lifecycle("response.in_progress")
+
+    def keepalive(self, mode: KeepaliveMode = "in_progress") -> JSON:
+        """An event that proves the stream is alive without changing its meaning.
+
+        ``in_progress`` repeats the lifecycle snapshot (resets Codex's idle timer, valid for every
+        client); ``ping`` is the ``{"type":"ping"}`` event some servers send.
+        """
+        self._check_running()
+        if mode == "in_progress":
+            return self._lifecycle("response.in_progress")
+        return self._emit({"type": "ping", "sequence_number": 0})
+
+    def _check_running(self) -> None:
+        if not self._started:
+            raise BuilderError("start() must come first")
+        if self._finished:
+            raise BuilderError("the response is already finished")
+
+    # ------------------------------------------------------------------ items
+    def _open_item(self, kind: str, data: JSON, item_id: str | None) -> Item:
+        self._check_running()
+        iid = item_id or self._new_id(ID_PREFIXES.get(kind, kind))
+        if iid in self._open:
+            raise BuilderError(f"item id {iid!r} is already open")
+        data["id"] = iid
+        # ``id`` first, then ``type``, then the rest, as OpenAI orders them.
+        ordered: JSON = {"id": iid, "type": kind}
+        ordered.update(data)
+        item = Item(kind, iid, len(self._items), ordered)
+        self._items.append(item)
+        self._open[iid] = item
+        self._emit(
+            {
+                "type": "response.output_item.added",
+                "sequence_number": 0,
+                "output_index": item.output_index,
+                "item": _copy_item(ordered),
+            }
+        )
+        return item
+
+    def _live(self, item: Item, kind: str | tuple[str, ...]) -> None:
+        if not item.open:
+            raise BuilderError(f"{item!r} is already done")
+        if self._open.get(item.id) is not item:
+            raise BuilderError(f"{item!r} does not belong to this response")
+        if (item.kind != kind) if isinstance(kind, str) else (item.kind not in kind):
+            raise BuilderError(f"{item!r} is not a {kind}")
+
+    def _close_item(self, item: Item, status: str | None) -> None:
+        if status is not None and "status" in item.data:
+            item.data["status"] = status
+        item.open = False
+        del self._open[item.id]
+        self._emit(
+            {
+                "type": "response.output_item.done",
+                "sequence_number": 0,
+                "output_index": item.output_index,
+                "item": item.data,
+            }
+        )
+
+    def add_item(self, item: JSON) -> Item:
+        """Emit a complete item at once (``added`` then ``done``), e.g. a non-streamed tool result."""
+        data = {k: v for k, v in item.items() if k not in ("id", "type")}
+        final_status = data.get("status")
+        if "status" in data:
+            data["status"] = "in_progress"
+        handle = self._open_item(item["type"], data, item.get("id"))
+        self._close_item(handle, final_status)
+        return handle
+
+    # ------------------------------------------------------------------ messages
+    def open_message(self, *, role: str = "assistant", phase: str | None = None, item_id: str | None = None) -> Item:
+        data: JSON = {"status": "in_progress", "role": role, "content": []}
+        if phase is not None:
+            data["phase"] = phase
+        return self._open_item("message", data, item_id)
+
+    def _part_base(self, item: Item) -> JSON:
+        return {
+            "type": "",
+            "sequence_number": 0,
+            "item_id": item.id,
+            "output_index": item.output_index,
+            "content_index": item.content_index,
+        }
+
+    def _open_part(self, item: Item, part_kind: str) -> None:
+        if item.part_kind is not None:
+            self._close_part(item)
+        item.part_kind = part_kind
+        item.content_index += 1
+        item.buf = []
+        part: JSON
+        if part_kind == "output_text":
+            part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+        elif part_kind == "refusal":
+            part = {"type": "refusal", "refusal": ""}
+        else:
+            part = {"type": "reasoning_text", "text": ""}
+        item.data["content"].append(part)
+        ev = self._part_base(item)
+        ev["type"] = "response.content_part.added"
+        ev["part"] = dict(part, annotations=[]) if part_kind == "output_text" else dict(part)
+        self._emit(ev)
+
+    def _close_part(self, item: Item) -> None:
+        kind = item.part_kind
+        if kind is None:
+            return
+        text = "".join(item.buf)
+        item.buf = []
+        part = item.data["content"][item.content_index]
+        ev = self._part_base(item)
+        if kind == "output_text":
+            part["text"] = text
+            ev["type"] = "response.output_text.done"
+            ev["text"] = text
+            ev["logprobs"] = part["logprobs"]
+        elif kind == "refusal":
+            part["refusal"] = text
+            ev["type"] = "response.refusal.done"
+            ev["refusal"] = text
+        else:
+            part["text"] = text
+            ev["type"] = f"response.{self._raw_reasoning}.done"
+            ev["text"] = text
+        self._emit(ev)
+        done = self._part_base(item)
+        done["type"] = "response.content_part.done"
+        done["part"] = _copy_part(part)
+        self._emit(done)
+        item.part_kind = None
+
+    def open_text(self, item: Item) -> None:
+        """Start a new ``output_text`` part (text_delta does this itself when none is open)."""
+        self._live(item, "message")
+        self._open_part(item, "output_text")
+
+    def text_delta(self, item: Item, delta: str, logprobs: list[JSON] | None = None) -> None:
+        self._live(item, "message")
+        if item.part_kind != "output_text":
+            self._open_part(item, "output_text")
+        item.buf.append(delta)
+        if logprobs:
+            item.data["content"][item.content_index]["logprobs"].extend(logprobs)
+        self._emit(
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": 0,
+                "item_id": item.id,
+                "output_index": item.output_index,
+                "content_index": item.content_index,
+                "delta": delta,
+                "logprobs": logprobs or [],
+            }
+        )
+
+    def annotation(self, item: Item, annotation: JSON) -> None:
+        """Attach an annotation (``url_citation``, ``file_citation``…) to the current text part."""
+        self._live(item, "message")
+        if item.part_kind != "output_text":
+            self._open_part(item, "output_text")
+        annotations = item.data["content"][item.content_index]["annotations"]
+        annotations.append(annotation)
+        ev = self._part_base(item)
+        ev["type"] = "response.output_text.annotation.added"
+        ev["annotation_index"] = len(annotations) - 1
+        ev["annotation"] = annotation
+        self._emit(ev)
+
+    def refusal_delta(self, item: Item, delta: str) -> None:
+        self._live(item, "message")
+        if item.part_kind != "refusal":
+            self._open_part(item, "refusal")
+        item.buf.append(delta)
+        ev = self._part_base(item)
+        ev["type"] = "response.refusal.delta"
+        ev["delta"] = delta
+        self._emit(ev)
+
+    def close_message(self, item: Item, *, status: str = "completed") -> None:
+        self._live(item, "message")
+        self._close_part(item)
+        self._close_item(item, status)
+
+    def message(self, text: str, *, phase: str | None = None) -> Item:
+        """A whole assistant message in one call: added, one delta, done."""
+        item = self.open_message(phase=phase)
+        self.text_delta(item, text)
+        self.close_message(item)
+        return item
+
+    # ------------------------------------------------------------------ reasoning
+    def open_reasoning(self, *, encrypted_content: str | None = None, item_id: str | None = None) -> Item:
+        # ``summary`` must be present even in ``.added`` (Codex drops the item otherwise).
+        data: JSON = {"summary": []}
+        if encrypted_content is not None:
+            data["encrypted_content"] = encrypted_content
+        return self._open_item("reasoning", data, item_id)
+
+    def _summary_base(self, item: Item) -> JSON:
+        return {
+            "type": "",
+            "sequence_number": 0,
+            "item_id": item.id,
+            "output_index": item.output_index,
+            "summary_index": item.summary_index,
+        }
+
+    def open_summary_part(self, item: Item) -> None:
+        """Start a new summary part (summary_delta does this itself when none is open)."""
+        self._live(item, "reasoning")
+        if item.part_kind is not None:
+            self._close_part(item)
+        if item.summary_open:
+            self.close_summary_part(item)
+        item.summary_index += 1
+        item.summary_open = True
+        item.buf = []
+        item.data["summary"].append({"type": "summary_text", "text": ""})
+        ev = self._summary_base(item)
+        ev["type"] = "response.reasoning_summary_part.added"
+        ev["part"] = {"type": "summary_text", "text": ""}
+        self._emit(ev)
+
+    def summary_delta(self, item: Item, delta: str) -> None:
+        self._live(item, "reasoning")
+        if not item.summary_open:
+            self.open_summary_part(item)
+        item.buf.append(delta)
+        ev = self._summary_base(item)
+        ev["type"] = "response.reasoning_summary_text.delta"
+        ev["delta"] = delta
+        self._emit(ev)
+
+    def close_summary_part(self, item: Item) -> None:
+        self._live(item, "reasoning")
+        if not item.summary_open:
+            raise BuilderError(f"{item!r} has no open summary part")
+        text = "".join(item.buf)
+        item.buf = []
+        item.summary_open = False
+        item.data["summary"][item.summary_index]["text"] = text
+        ev = self._summary_base(item)
+        ev["type"] = "response.reasoning_summary_text.done"
+        ev["text"] = text
+        self._emit(ev)
+        done = self._summary_base(item)
+        done["type"] = "response.reasoning_summary_part.done"
+        done["part"] = {"type": "summary_text", "text": text}
+        self._emit(done)
+
+    def reasoning_delta(self, item: Item, delta: str) -> None:
+        """Raw reasoning text (``response.reasoning_text.delta``, or the spec's ``reasoning.delta``)."""
+        self._live(item, "reasoning")
+        if item.summary_open:
+            self.close_summary_part(item)
+        if item.part_kind != "reasoning_text":
+            item.data.setdefault("content", [])
+            self._open_part(item, "reasoning_text")
+        item.buf.append(delta)
+        ev = self._part_base(item)
+        ev["type"] = f"response.{self._raw_reasoning}.delta"
+        ev["delta"] = delta
+        self._emit(ev)
+
+    def set_encrypted_content(self, item: Item, value: str) -> None:
+        """Attach opaque reasoning state (e.g. a thinking signature) to be sent back next turn."""
+        self._live(item, "reasoning")
+        item.data["encrypted_content"] = value
+
+    def close_reasoning(self, item: Item) -> None:
+        self._live(item, "reasoning")
+        if item.summary_open:
+            self.close_summary_part(item)
+        self._close_part(item)
+        self._close_item(item, None)
+
+    # ------------------------------------------------------------------ function & custom calls
+    def open_function_call(
+        self,
+        name: str,
+        *,
+        call_id: str | None = None,
+        namespace: str | None = None,
+        item_id: str | None = None,
+    ) -> Item:
+        data: JSON = {
+            "status": "in_progress",
+            "arguments": "",
+            "call_id": call_id or self._new_id("call"),
+            "name": name,
+        }
+        if namespace is not None:
+            data["namespace"] = namespace
+        item = self._open_item("function_call", data, item_id)
+        item.buf = []
+        return item
+
+    def arguments_delta(self, item: Item, delta: str) -> None:
+        self._live(item, ("function_call", "mcp_call"))
+        if not delta:
+            return
+        item.buf.append(delta)
+        family = "function_call_arguments" if item.kind == "function_call" else "mcp_call_arguments"
+        self._emit(
+            {
+                "type": f"response.{family}.delta",
+                "sequence_number": 0,
+                "item_id": item.id,
+                "output_index": item.output_index,
+                "delta": delta,
+            }
+        )
+
+    def close_function_call(self, item: Item, *, status: str = "completed") -> None:
+        """Finish a call; empty arguments become ``"{}"`` (a call with no arguments)."""
+        self._live(item, "function_call")
+        arguments = "".join(item.buf) or "{}"
+        item.data["arguments"] = arguments
+        self._emit(
+            {
+                "type": "response.function_call_arguments.done",
+                "sequence_number": 0,
+                "item_id": item.id,
+                "output_index": item.output_index,
+                "name": item.data["name"],
+                "arguments": arguments,
+            }
+        )
+        self._close_item(item, status)
+
+    def function_call(self, name: str, arguments: str, *, call_id: str | None = None) -> Item:
+        """A whole function call in one go (for upstreams that deliver calls unstreamed)."""
+        item = self.open_function_call(name, call_id=call_id)
+        self.arguments_delta(item, arguments)
+        self.close_function_call(item)
+        return item
+
+    def open_custom_tool_call(self, name: str, *, call_id: str | None = None, item_id: str | None = None) -> Item:
+        data: JSON = {
+            "status": "in_progress",
+            "call_id": call_id or self._new_id("call"),
+            "input": "",
+            "name": name,
+        }
+        return self._open_item("custom_tool_call", data, item_id)
+
+    def custom_input_delta(self, item: Item, delta: str) -> None:
+        self._live(item, "custom_tool_call")
+        if not delta:
+            return
+        item.buf.append(delta)
+        self._emit(
+            {
+                "type": "response.custom_tool_call_input.delta",
+                "sequence_number": 0,
+                "item_id": item.id,
+                "output_index": item.output_index,
+                "delta": delta,
+            }
+        )
+
+    def close_custom_tool_call(self, item: Item, *, status: str = "completed") -> None:
+        self._live(item, "custom_tool_call")
+        text = "".join(item.buf)
+        item.data["input"] = text
+        self._emit(
+            {
+                "type": "response.custom_tool_call_input.done",
+                "sequence_number": 0,
+                "item_id": item.id,
+                "output_index": item.output_index,
+                "input": text,
+            }
+        )
+        self._close_item(item, status)
+
+    # ------------------------------------------------------------------ built-in tool calls
+    def open_tool_call(self, kind: str, *, item_id: str | None = None, **fields: Any) -> Item:
+        """Open a built-in tool call item (``web_search_call``, ``code_interpreter_call``…).
+
+        Emits ``output_item.added`` and the ``<kind>.in_progress`` event.
+        """
+        if kind not in TOOL_PHASES:
+            raise BuilderError(f"unknown built-in tool call type {kind!r}")
+        data: JSON = {"status": "in_progress"}
+        data.update(fields)
+        item = self._open_item(kind, data, item_id)
+        self._tool_event(item, "in_progress")
+        return item
+
+    def _tool_event(self, item: Item, phase: str, **extra: Any) -> None:
+        ev: JSON = {
+            "type": f"response.{item.kind}.{phase}",
+            "sequence_number": 0,
+            "item_id": item.id,
+            "output_index": item.output_index,
+        }
+        ev.update(extra)
+        self._emit(ev)
+
+    def tool_progress(self, item: Item, phase: str) -> None:
+        """A progress event such as ``searching``, ``interpreting`` or ``generating``."""
+        self._live(item, tuple(TOOL_PHASES))
+        if phase not in TOOL_PHASES[item.kind]:
+            raise BuilderError(f"{item.kind} has no progress phase {phase!r}")
+        if item.kind == "code_interpreter_call" and item.part_kind == "code":
+            self._close_code(item)
+        self._tool_event(item, phase)
+
+    def code_delta(self, item: Item, delta: str) -> None:
+        """Stream code into a ``code_interpreter_call``."""
+        self._live(item, "code_interpreter_call")
+        if item.part_kind != "code":
+            item.part_kind = "code"
+            item.buf = [item.data.get("code") or ""]
+        item.buf.append(delta)
+        ev: JSON = {
+            "type": "response.code_interpreter_call_code.delta",
+            "sequence_number": 0,
+            "item_id": item.id,
+            "output_index": item.output_index,
+            "delta": delta,
+        }
+        self._emit(ev)
+
+    def _close_code(self, item: Item) -> None:
+        code = "".join(item.buf)
+        item.buf = []
+        item.part_kind = None
+        item.data["code"] = code
+        self._emit(
+            {
+                "type": "response.code_interpreter_call_code.done",
+                "sequence_number": 0,
+                "item_id": item.id,
+                "output_index": item.output_index,
+                "code": code,
+            }
+        )
+
+    def partial_image(self, item: Item, b64: str, index: int) -> None:
+        self._live(item, "image_generation_call")
+        self._tool_event(item, "partial_image", partial_image_b64=b64, partial_image_index=index)
+
+    def close_tool_call(self, item: Item, *, status: str = "completed", **fields: Any) -> None:
+        """Finish a built-in tool call; ``fields`` are its results (``action``, ``outputs``, ``result``…)."""
+        self._live(item, tuple(TOOL_PHASES))
+        if item.part_kind == "code":
+            self._close_code(item)
+        if item.kind == "mcp_call" and item.buf:
+            arguments = "".join(item.buf)
+            item.data["arguments"] = arguments
+            self._emit(
+                {
+                    "type": "response.mcp_call_arguments.done",
+                    "sequence_number": 0,
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "arguments": arguments,
+                }
+            )
+        item.data.update(fields)
+        phase = "failed" if status == "failed" and item.kind.startswith("mcp") else "completed"
+        self._tool_event(item, phase)
+        self._close_item(item, status)
+
+    # ------------------------------------------------------------------ finishing
+    def close_item(self, item: Item, *, status: str = "completed") -> None:
+        """Close any open item the right way for its kind."""
+        if item.kind == "message":
+            self.close_message(item, status=status)
+        elif item.kind == "reasoning":
+            self.close_reasoning(item)
+        elif item.kind == "function_call":
+            self.close_function_call(item, status=status)
+        elif item.kind == "custom_tool_call":
+            self.close_custom_tool_call(item, status=status)
+        elif item.kind in TOOL_PHASES:
+            self.close_tool_call(item, status=status)
+        else:
+            self._live(item, item.kind)
+            self._close_item(item, status)
+
+    def _close_all(self, status: str) -> None:
+        for item in list(self._open.values()):
+            self.close_item(item, status=status)
+
+    def set_usage(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
+    ) -> None:
+        self.response["usage"] = make_usage(
+            input_tokens, output_tokens, cached_tokens=cached_tokens, reasoning_tokens=reasoning_tokens
+        )
+
+    def _finish(self, status: str, event_type: str) -> JSON:
+        self._check_running()
+        self._finished = True
+        self.response["status"] = status
+        if status == "completed":
+            self.response["completed_at"] = int(time.time())
+        self.response["output"] = [it.data for it in self._items]
+        return self._lifecycle(event_type)
+
+    def complete(self) -> JSON:
+        """Close what is open and emit ``response.completed``."""
+        self._check_running()
+        self._close_all("completed")
+        return self._finish("completed", "response.completed")
+
+    def incomplete(self, reason: str) -> JSON:
+        """Close what is open as ``incomplete`` and emit ``response.incomplete`` with ``reason``."""
+        self._check_running()
+        self._close_all("incomplete")
+        self.response["incomplete_details"] = {"reason": reason}
+        return self._finish("incomplete", "response.incomplete")
+
+    def fail(self, code: str, message: str, *, param: str | None = None) -> JSON:
+        """End with ``response.failed`` (after an ``error`` event, which clients show to the user)."""
+        self._check_running()
+        self._close_all("incomplete")
+        if self._error_event_on_failure:
+            self._emit(error_event(code, message, param))
+        self.response["error"] = {"code": code, "message": message}
+        return self._finish("failed", "response.failed")
+
+
+def error_event(code: str | None, message: str, param: str | None = None, etype: str = "server_error") -> JSON:
+    """An ``error`` event in both the top-level and nested forms every client accepts."""
+    return {
+        "type": "error",
+        "sequence_number": 0,
+        "code": code,
+        "message": message,
+        "param": param,
+        "error": {"type": etype, "code": code, "message": message, "param": param},
+    }
+
+
+def _copy_item(data: JSON) -> JSON:
+    """The ``added`` view of an item: containers copied so later mutation does not leak into it."""
+    out = dict(data)
+    for key in ("content", "summary"):
+        if key in out:
+            out[key] = [dict(p) for p in out[key]]
+    return out
+
+
+def _copy_part(part: JSON) -> JSON:
+    out = dict(part)
+    if "annotations" in out:
+        out["annotations"] = list(out["annotations"])
+    return out

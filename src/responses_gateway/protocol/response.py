@@ -1,0 +1,129 @@
+"""The Response object: every field present, nullable ones as null, as OpenAI returns it."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+JSON = dict[str, Any]
+
+# Prefixes OpenAI uses; clients key on some of them (Codex, the Vercel AI SDK), so keep them.
+ID_PREFIXES = {
+    "response": "resp",
+    "message": "msg",
+    "reasoning": "rs",
+    "function_call": "fc",
+    "custom_tool_call": "ctc",
+    "web_search_call": "ws",
+    "file_search_call": "fs",
+    "code_interpreter_call": "ci",
+    "image_generation_call": "ig",
+    "mcp_call": "mcp",
+    "mcp_list_tools": "mcpl",
+    "mcp_approval_request": "mcpr",
+    "call": "call",
+    "conversation": "conv",
+}
+
+
+def new_id(prefix: str) -> str:
+    """A short, unique, URL-safe id such as ``msg_3f9a…`` (96 random bits, hex)."""
+    return f"{prefix}_{os.urandom(12).hex()}"
+
+
+def empty_usage() -> JSON:
+    return {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 0,
+    }
+
+
+def make_usage(
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> JSON:
+    """Usage with integer counts and both detail objects, as Codex requires."""
+    return {
+        "input_tokens": int(input_tokens),
+        "input_tokens_details": {"cached_tokens": int(cached_tokens)},
+        "output_tokens": int(output_tokens),
+        "output_tokens_details": {"reasoning_tokens": int(reasoning_tokens)},
+        "total_tokens": int(input_tokens) + int(output_tokens),
+    }
+
+
+# Request fields echoed on the Response, with the value OpenAI reports when the request omits them.
+ECHOED_DEFAULTS: dict[str, Any] = {
+    "background": False,
+    "conversation": None,
+    "frequency_penalty": 0.0,
+    "instructions": None,
+    "max_output_tokens": None,
+    "max_tool_calls": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "presence_penalty": 0.0,
+    "previous_response_id": None,
+    "prompt": None,
+    "prompt_cache_key": None,
+    "prompt_cache_retention": None,
+    "reasoning": {"effort": None, "summary": None},
+    "safety_identifier": None,
+    "service_tier": "default",
+    "store": True,
+    "temperature": 1.0,
+    "text": {"format": {"type": "text"}, "verbosity": "medium"},
+    "tool_choice": "auto",
+    "tools": [],
+    "top_logprobs": 0,
+    "top_p": 1.0,
+    "truncation": "disabled",
+    "user": None,
+}
+
+
+def new_response(
+    model: str,
+    *,
+    response_id: str | None = None,
+    created_at: int | None = None,
+    **echo: Any,
+) -> JSON:
+    """A fresh ``in_progress`` Response with every key present.
+
+    ``echo`` holds request fields to report back (``instructions``, ``tools``, ``temperature``…);
+    a value of ``None`` falls back to OpenAI's default for that field.
+    """
+    unknown = set(echo) - set(ECHOED_DEFAULTS)
+    if unknown:
+        raise TypeError(f"not a Response field: {', '.join(sorted(unknown))}")
+    response: JSON = {
+        "id": response_id or new_id("resp"),
+        "object": "response",
+        "created_at": int(time.time()) if created_at is None else created_at,
+        "status": "in_progress",
+        "completed_at": None,
+        "error": None,
+        "incomplete_details": None,
+        "model": model,
+        "output": [],
+        "usage": None,
+    }
+    for key, default in ECHOED_DEFAULTS.items():
+        value = echo.get(key)
+        if value is None:
+            value = default
+        # Defaults that are containers must not be shared between responses.
+        if isinstance(value, dict):
+            value = dict(value)
+        elif isinstance(value, list):
+            value = list(value)
+        response[key] = value
+    return response

@@ -1,0 +1,74 @@
+"""The provider contract: one small interface every back end implements.
+
+A provider translates a :class:`ResponseRequest` for its back end and drives the
+:class:`StreamBuilder`; it never assembles events itself.
+
+The server calls ``builder.start()`` and then iterates ``provider.stream(request, builder)``. Each
+``yield`` means "the builder has events ready": the server drains ``builder.take()`` and sends them.
+Nothing reaches the client before the first ``yield``, so a provider that raises
+:class:`ProviderError` before yielding produces a plain HTTP error (the right status, OpenAI's error
+shape); one raised after that ends the stream with ``response.failed``. A provider must finish the
+builder (``complete``/``incomplete``/``fail``) before it returns. When the client goes away the server
+closes the generator (``GeneratorExit`` at the pending ``yield``): the provider must stop its work.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from ..protocol.builder import StreamBuilder
+from ..protocol.request import ResponseRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a back end can honour; the server rejects what it cannot (HTTP 400 naming the param)."""
+
+    streaming: bool = True
+    tools: bool = True
+    parallel_tool_calls: bool = True
+    reasoning: bool = False
+    structured_output: bool = False
+    images: bool = False
+    tool_types: frozenset[str] = field(default_factory=lambda: frozenset({"function"}))
+
+
+class ProviderError(Exception):
+    """A failure with the status and OpenAI error code a client should see."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 500,
+        code: str | None = "server_error",
+        type: str = "server_error",
+        param: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.type = type
+        self.param = param
+        self.retry_after = retry_after
+
+
+class Provider(ABC):
+    """One back end. Subclasses declare ``name`` and ``capabilities``."""
+
+    name: str = ""
+    capabilities: Capabilities = Capabilities()
+
+    def check_request(self, request: ResponseRequest) -> None:  # noqa: B027 - optional hook
+        """Raise ProviderError(status=400, param=...) for anything this back end cannot honour."""
+
+    @abstractmethod
+    def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+        """Drive ``builder`` for ``request``; yield whenever events are ready to send."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections, models, threads."""
