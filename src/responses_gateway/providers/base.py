@@ -7,7 +7,9 @@ The server calls ``builder.start()`` and then iterates ``provider.stream(request
 ``yield`` means "the builder has events ready": the server drains ``builder.take()`` and sends them.
 Nothing reaches the client before the first ``yield``, so a provider that raises
 :class:`ProviderError` before yielding produces a plain HTTP error (the right status, OpenAI's error
-shape); one raised after that ends the stream with ``response.failed``. A provider must finish the
+shape); one raised after that ends the stream with ``response.failed``. A provider calls no builder
+method until its upstream has accepted the request (so a failed attempt leaves the builder untouched and
+another provider can be tried: see ``providers.fallback``). A provider must finish the
 builder (``complete``/``incomplete``/``fail``) before it returns. When the client goes away the server
 closes the generator (``GeneratorExit`` at the pending ``yield``): the provider must stop its work.
 """
