@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .response import ID_PREFIXES, JSON, make_usage, new_id
 
-__all__ = ["BuilderError", "Item", "StreamBuilder", "TERMINAL_EVENTS"]
+__all__ = ["TERMINAL_EVENTS", "BuilderError", "Item", "StreamBuilder", "error_event"]
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -230,7 +230,9 @@ class StreamBuilder:
         return handle
 
     # ------------------------------------------------------------------ messages
-    def open_message(self, *, role: str = "assistant", phase: str | None = None, item_id: str | None = None) -> Item:
+    def open_message(
+        self, *, role: str = "assistant", phase: str | None = None, item_id: str | None = None
+    ) -> Item:
         data: JSON = {"status": "in_progress", "role": role, "content": []}
         if phase is not None:
             data["phase"] = phase
@@ -498,7 +500,9 @@ class StreamBuilder:
         self.close_function_call(item)
         return item
 
-    def open_custom_tool_call(self, name: str, *, call_id: str | None = None, item_id: str | None = None) -> Item:
+    def open_custom_tool_call(
+        self, name: str, *, call_id: str | None = None, item_id: str | None = None
+    ) -> Item:
         data: JSON = {
             "status": "in_progress",
             "call_id": call_id or self._new_id("call"),
@@ -692,7 +696,9 @@ class StreamBuilder:
         return self._finish("failed", "response.failed")
 
 
-def error_event(code: str | None, message: str, param: str | None = None, etype: str = "server_error") -> JSON:
+def error_event(
+    code: str | None, message: str, param: str | None = None, etype: str = "server_error"
+) -> JSON:
     """An ``error`` event in both the top-level and nested forms every client accepts."""
     return {
         "type": "error",

@@ -1,0 +1,219 @@
+"""The models file (``serve --config models.yaml``): public model names routed to back ends.
+
+Validated once at start-up. Every error names the file and line, e.g.
+``models.yaml:7: models[1].provider: must be one of anthropic, gemini, …``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["PROVIDER_KINDS", "ConfigError", "GatewayConfig", "ModelConfig", "load_config", "parse_config"]
+
+PROVIDER_KINDS = ("anthropic", "openai-chat", "openai", "gemini", "local", "scripted")
+
+_MODEL_KEYS = {
+    "name",
+    "provider",
+    "upstream_model",
+    "base_url",
+    "api_key_env",
+    "fallbacks",
+    "aliases",
+    "options",
+    "timeouts",
+    "retries",
+    "model_path",
+    "script",
+}
+_TIMEOUT_KEYS = {"connect", "read", "idle"}
+_TOP_KEYS = {"models", "local"}
+
+
+class ConfigError(ValueError):
+    """A models file that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float = 10.0
+    read: float = 600.0
+    idle: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    provider: str
+    upstream_model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    fallbacks: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    timeouts: Timeouts = Timeouts()
+    retries: int = 2
+    model_path: str | None = None
+    script: str | None = None
+
+    def api_key(self) -> str | None:
+        """The upstream key, read from the environment at the moment it is needed."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    models: tuple[ModelConfig, ...] = ()
+    # The embedded model stays available as ``gemma-3-270m`` unless the file says ``local: false``.
+    local: bool = True
+
+    def names(self) -> dict[str, ModelConfig]:
+        """Every name a client may send (names and aliases) to its model."""
+        out: dict[str, ModelConfig] = {}
+        for model in self.models:
+            out[model.name] = model
+            for alias in model.aliases:
+                out[alias] = model
+        return out
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, filename: str = "<config>") -> GatewayConfig:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else 0
+        raise ConfigError(f"{filename}:{line}: invalid YAML: {exc.problem}") from None
+    return _Parser(filename).top(root)
+
+
+class _Parser:
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+
+    def fail(self, node: yaml.Node | None, where: str, message: str) -> ConfigError:
+        line = node.start_mark.line + 1 if node is not None else 1
+        return ConfigError(f"{self.filename}:{line}: {where}: {message}")
+
+    def mapping(self, node: yaml.Node, where: str, allowed: set[str]) -> dict[str, yaml.Node]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, where, "must be a mapping")
+        out: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str) or key not in allowed:
+                raise self.fail(
+                    key_node, where, f"unknown key {key!r}; known keys: {', '.join(sorted(allowed))}"
+                )
+            if key in out:
+                raise self.fail(key_node, where, f"duplicate key {key!r}")
+            out[key] = value_node
+        return out
+
+    def scalar(self, node: yaml.Node, where: str, kind: type) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, where, f"must be a {kind.__name__}")
+        value = yaml.safe_load(yaml.serialize(node))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.fail(node, where, f"must be a {kind.__name__}, not {value!r}")
+        if kind is str and not value:
+            raise self.fail(node, where, "must not be empty")
+        return value
+
+    def names(self, node: yaml.Node, where: str) -> tuple[str, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.fail(node, where, "must be a list of model names")
+        return tuple(self.scalar(n, f"{where}[{i}]", str) for i, n in enumerate(node.value))
+
+    def top(self, root: yaml.Node | None) -> GatewayConfig:
+        if root is None:
+            raise self.fail(None, "config", "the file is empty")
+        top = self.mapping(root, "config", _TOP_KEYS)
+        local = self.scalar(top["local"], "local", bool) if "local" in top else True
+        models_node = top.get("models")
+        if models_node is None:
+            raise self.fail(root, "config", "needs a 'models' list")
+        if not isinstance(models_node, yaml.SequenceNode):
+            raise self.fail(models_node, "models", "must be a list")
+        models = [self.model(n, f"models[{i}]") for i, n in enumerate(models_node.value)]
+        self.cross_check(models, models_node, local)
+        return GatewayConfig(models=tuple(models), local=local)
+
+    def model(self, node: yaml.Node, where: str) -> ModelConfig:
+        m = self.mapping(node, where, _MODEL_KEYS)
+        for required in ("name", "provider"):
+            if required not in m:
+                raise self.fail(node, where, f"missing required key {required!r}")
+        provider = self.scalar(m["provider"], f"{where}.provider", str)
+        if provider not in PROVIDER_KINDS:
+            raise self.fail(m["provider"], f"{where}.provider", f"must be one of {', '.join(PROVIDER_KINDS)}")
+        kwargs: dict[str, Any] = {
+            "name": self.scalar(m["name"], f"{where}.name", str),
+            "provider": provider,
+        }
+        for key in ("upstream_model", "base_url", "api_key_env", "model_path", "script"):
+            if key in m:
+                kwargs[key] = self.scalar(m[key], f"{where}.{key}", str)
+        if "base_url" in kwargs and not kwargs["base_url"].startswith(("http://", "https://")):
+            raise self.fail(m["base_url"], f"{where}.base_url", "must start with http:// or https://")
+        for key in ("fallbacks", "aliases"):
+            if key in m:
+                kwargs[key] = self.names(m[key], f"{where}.{key}")
+        if "options" in m:
+            if not isinstance(m["options"], yaml.MappingNode):
+                raise self.fail(m["options"], f"{where}.options", "must be a mapping")
+            kwargs["options"] = yaml.safe_load(yaml.serialize(m["options"]))
+        if "timeouts" in m:
+            t = self.mapping(m["timeouts"], f"{where}.timeouts", _TIMEOUT_KEYS)
+            values = {k: self.scalar(v, f"{where}.timeouts.{k}", float) for k, v in t.items()}
+            for k, v in values.items():
+                if v <= 0:
+                    raise self.fail(t[k], f"{where}.timeouts.{k}", "must be positive")
+            kwargs["timeouts"] = Timeouts(**values)
+        if "retries" in m:
+            retries = self.scalar(m["retries"], f"{where}.retries", int)
+            if not 0 <= retries <= 10:
+                raise self.fail(m["retries"], f"{where}.retries", "must be between 0 and 10")
+            kwargs["retries"] = retries
+        if provider in ("anthropic", "openai-chat", "openai", "gemini") and "upstream_model" not in kwargs:
+            raise self.fail(node, where, f"provider {provider!r} needs 'upstream_model'")
+        if provider == "openai-chat" and "base_url" not in kwargs:
+            raise self.fail(
+                node, where, "provider 'openai-chat' needs 'base_url' (e.g. http://127.0.0.1:8000/v1)"
+            )
+        if provider == "scripted" and "script" not in kwargs:
+            raise self.fail(node, where, "provider 'scripted' needs 'script' (a YAML or JSON file)")
+        return ModelConfig(**kwargs)
+
+    def cross_check(self, models: list[ModelConfig], node: yaml.SequenceNode, local: bool) -> None:
+        seen: dict[str, int] = {}
+        if local:
+            seen["gemma-3-270m"] = -1
+        for i, model in enumerate(models):
+            for name in (model.name, *model.aliases):
+                if name in seen:
+                    raise self.fail(node.value[i], f"models[{i}]", f"name {name!r} is already used")
+                seen[name] = i
+        for i, model in enumerate(models):
+            for target in model.fallbacks:
+                if target not in seen:
+                    raise self.fail(node.value[i], f"models[{i}].fallbacks", f"no model named {target!r}")
+                if target == model.name or target in model.aliases:
+                    raise self.fail(
+                        node.value[i], f"models[{i}].fallbacks", "a model cannot fall back to itself"
+                    )

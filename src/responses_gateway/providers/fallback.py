@@ -1,0 +1,105 @@
+"""Fallback: try the next back end when one fails before its first byte.
+
+Safe because of the provider contract: a provider calls no builder method until its upstream accepted
+the request, so an attempt that raised :class:`ProviderError` before yielding left nothing behind, and
+the client sees one clean stream from whichever back end answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+from ..protocol.builder import StreamBuilder
+from ..protocol.request import ResponseRequest
+from .base import Provider, ProviderError
+
+__all__ = ["RETRYABLE_STATUSES", "FallbackProvider"]
+
+log = logging.getLogger("responses_gateway.fallback")
+
+# Failures worth another try: rate limits, overload, upstream 5xx, and connect errors/timeouts
+# (which the transport reports as 502/504).
+RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+class FallbackProvider(Provider):
+    """Runs ``chain[0]``, retrying and then falling back along ``chain`` on retryable early failures."""
+
+    def __init__(
+        self,
+        chain: Sequence[tuple[str, Provider]],
+        *,
+        retries: int = 2,
+        backoff: float = 0.5,
+        max_wait: float = 10.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if not chain:
+            raise ValueError("a fallback chain needs at least one provider")
+        self.chain = list(chain)
+        self.retries = retries
+        self.backoff = backoff
+        self.max_wait = max_wait
+        self._sleep = sleep
+        primary = self.chain[0][1]
+        self.name = primary.name
+        self.capabilities = primary.capabilities
+
+    def check_request(self, request: ResponseRequest) -> None:
+        self.chain[0][1].check_request(request)
+
+    def _usable(self, request: ResponseRequest) -> list[tuple[str, Provider]]:
+        usable = [self.chain[0]]
+        for name, provider in self.chain[1:]:
+            try:
+                provider.check_request(request)
+            except ProviderError as exc:
+                log.info("fallback %s skipped for this request: %s", name, exc.message)
+                continue
+            usable.append((name, provider))
+        return usable
+
+    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+        last: ProviderError | None = None
+        for name, provider in self._usable(request):
+            for attempt in range(self.retries + 1):
+                before = builder.sequence_number
+                gen = provider.stream(request, builder)
+                try:
+                    try:
+                        await gen.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    except ProviderError as exc:
+                        if exc.status not in RETRYABLE_STATUSES or builder.sequence_number != before:
+                            raise
+                        last = exc
+                        delay = exc.retry_after if exc.retry_after is not None else self.backoff * 2**attempt
+                        log.warning(
+                            "model %s failed before streaming (%s %s), attempt %d",
+                            name,
+                            exc.status,
+                            exc.code,
+                            attempt + 1,
+                        )
+                        if attempt == self.retries or delay > self.max_wait:
+                            break  # next back end in the chain
+                        await self._sleep(delay)
+                        continue
+                    yield
+                    async for _ in gen:
+                        yield
+                    return
+                finally:
+                    # Providers are async generators; closing one makes it cancel its upstream call.
+                    aclose = getattr(gen, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+        assert last is not None
+        raise last
+
+    async def aclose(self) -> None:
+        for _, provider in self.chain:
+            await provider.aclose()
