@@ -7,14 +7,36 @@ stream against the rules real clients enforce.
 
 from .builder import TERMINAL_EVENTS, BuilderError, Item, StreamBuilder, error_event
 from .response import ECHOED_DEFAULTS, empty_usage, make_usage, new_id, new_response
+from .sse import (
+    DONE,
+    EventStreamDecoder,
+    SSEComment,
+    SSEDecoder,
+    SSEMessage,
+    SSEPayloadError,
+    decode_event,
+    decode_events,
+    encode_comment,
+    encode_event,
+)
 
 __all__ = [
+    "DONE",
     "ECHOED_DEFAULTS",
     "TERMINAL_EVENTS",
     "BuilderError",
+    "EventStreamDecoder",
     "Item",
+    "SSEComment",
+    "SSEDecoder",
+    "SSEMessage",
+    "SSEPayloadError",
     "StreamBuilder",
+    "decode_event",
+    "decode_events",
     "empty_usage",
+    "encode_comment",
+    "encode_event",
     "error_event",
     "make_usage",
     "new_id",

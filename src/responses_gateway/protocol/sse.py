@@ -1,0 +1,314 @@
+"""Server-sent events, incrementally: bytes in, messages out; event dicts in, bytes out.
+
+The decoder follows the WHATWG EventSource parsing rules
+(https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation) and accepts
+input split at any byte. Line ends are CR, LF or CRLF; because none of them can occur inside a UTF-8
+multibyte sequence, lines are cut as bytes and only field values are decoded, so a chunk boundary inside
+a character needs no special care.
+
+The encoder writes the frames our server sends: ``event: <type>\\ndata: <one-line JSON>\\n\\n``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "DONE",
+    "EventStreamDecoder",
+    "SSEComment",
+    "SSEDecoder",
+    "SSEMessage",
+    "SSEPayloadError",
+    "decode_event",
+    "decode_events",
+    "encode_comment",
+    "encode_event",
+]
+
+DONE = b"data: [DONE]\n\n"
+_DONE_DATA = "[DONE]"
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEMessage:
+    """One dispatched event: its type (default ``message``), data, last event id and retry."""
+
+    __slots__ = ("data", "event", "id", "retry")
+
+    def __init__(self, event: str, data: str, id: str | None = None, retry: int | None = None) -> None:
+        self.event = event
+        self.data = data
+        # The last event ID as the spec defines it: it persists across events until an ``id`` field
+        # changes it, so this is not only the id given inside this event's block.
+        self.id = id
+        # The ``retry`` value given inside this event's block, if any.
+        self.retry = retry
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SSEMessage):
+            return NotImplemented
+        return (
+            type(self) is type(other)
+            and self.event == other.event
+            and self.data == other.data
+            and self.id == other.id
+            and self.retry == other.retry
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.event, self.data, self.id, self.retry))
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}(event={self.event!r}, data={self.data!r}, id={self.id!r}, retry={self.retry!r})"
+
+
+class SSEComment(SSEMessage):
+    """A comment line (``: text``), reported in stream order only when the decoder is asked to."""
+
+    __slots__ = ()
+
+    def __init__(self, text: str) -> None:
+        super().__init__("", text)
+
+
+class SSEDecoder:
+    """Incremental EventSource parser: ``feed(bytes) -> [SSEMessage]``, then ``flush()`` at end of stream.
+
+    With ``comments=True`` comment lines come back as :class:`SSEComment` (useful to see keepalives).
+    After :meth:`flush`, :attr:`truncated` tells whether the stream stopped inside an event (a field
+    or a partial line without its terminating blank line), which the spec silently discards.
+    """
+
+    __slots__ = (
+        "_bom_checked",
+        "_buf",
+        "_comments",
+        "_data",
+        "_event",
+        "_has_fields",
+        "_retry",
+        "_skip_lf",
+        "last_event_id",
+        "retry",
+        "truncated",
+    )
+
+    def __init__(self, comments: bool = False) -> None:
+        self._comments = comments
+        self._buf = b""
+        self._bom_checked = False
+        # A chunk ended in CR: the line is complete, but an LF starting the next chunk belongs to it.
+        self._skip_lf = False
+        self._data: list[bytes] = []
+        self._event = b""
+        self._retry: int | None = None
+        self._has_fields = False
+        self.last_event_id: str | None = None
+        # The reconnection time most recently announced by a ``retry`` field, in milliseconds.
+        self.retry: int | None = None
+        self.truncated = False
+
+    def feed(self, data: bytes) -> list[SSEMessage]:
+        """Consume a chunk of the stream and return the events it completes."""
+        if not data:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[0] == 0x0A:
+                data = data[1:]
+                if not data:
+                    return []
+        buf = self._buf + data if self._buf else data
+        if not self._bom_checked:
+            if len(buf) < 3 and _BOM.startswith(buf):
+                self._buf = buf
+                return []
+            self._bom_checked = True
+            if buf.startswith(_BOM):
+                buf = buf[3:]
+        if b"\r" in buf:
+            if buf[-1] == 0x0D:
+                self._skip_lf = True
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()
+        if not lines:
+            return []
+        return self._lines(lines)
+
+    def flush(self, dispatch_incomplete: bool = False) -> list[SSEMessage]:
+        """Signal end of stream; return events it completes (none, per spec, unless asked otherwise).
+
+        A partial last line and an event without its blank line are discarded by the spec;
+        ``dispatch_incomplete=True`` dispatches them anyway, as lenient clients do. Either way
+        :attr:`truncated` records that they were there. The decoder is then ready for a new stream.
+        """
+        buf = self._buf
+        self._buf = b""
+        self._skip_lf = False
+        out: list[SSEMessage] = []
+        if not self._bom_checked:
+            self._bom_checked = True
+            if buf.startswith(_BOM):
+                buf = buf[3:]
+        self.truncated = bool(buf) or self._has_fields
+        if dispatch_incomplete:
+            out = self._lines([buf, b""] if buf else [b""])
+        self._reset_event()
+        self._bom_checked = False
+        return out
+
+    def _reset_event(self) -> None:
+        self._data = []
+        self._event = b""
+        self._retry = None
+        self._has_fields = False
+
+    def _lines(self, lines: list[bytes]) -> list[SSEMessage]:
+        out: list[SSEMessage] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    text = b"\n".join(data).decode("utf-8", "replace")
+                    event = self._event.decode("utf-8", "replace") if self._event else "message"
+                    out.append(SSEMessage(event, text, self.last_event_id, self._retry))
+                    data = self._data = []
+                # The spec resets the event type and data buffers even when nothing is dispatched.
+                self._event = b""
+                self._retry = None
+                self._has_fields = False
+                continue
+            if line[0] == 0x3A:
+                if self._comments:
+                    value = line[2:] if line[1:2] == b" " else line[1:]
+                    out.append(SSEComment(value.decode("utf-8", "replace")))
+                continue
+            self._has_fields = True
+            colon = line.find(b":")
+            if colon < 0:
+                field, value = line, b""
+            else:
+                field = line[:colon]
+                value = line[colon + 2 :] if line[colon + 1 : colon + 2] == b" " else line[colon + 1 :]
+            if field == b"data":
+                data.append(value)
+            elif field == b"event":
+                self._event = value
+            elif field == b"id" and b"\x00" not in value:
+                self.last_event_id = value.decode("utf-8", "replace")
+            elif field == b"retry" and value.isdigit():
+                # bytes.isdigit() is ASCII-only and False for b"", exactly the spec's rule.
+                self._retry = self.retry = int(value)
+        return out
+
+
+class SSEPayloadError(ValueError):
+    """An event's data is not the JSON object the Responses protocol requires."""
+
+
+def decode_event(message: SSEMessage) -> dict[str, Any] | None:
+    """Parse one message's JSON data into an event dict; ``None`` for comments, ``[DONE]`` and empty pings.
+
+    When the JSON has no ``type`` the SSE event name stands in for it (some servers only put the
+    type in ``event:``).
+    """
+    data = message.data
+    if not data or data == _DONE_DATA or isinstance(message, SSEComment):
+        return None
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SSEPayloadError(f"event {message.event!r}: data is not JSON: {exc}: {data[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise SSEPayloadError(f"event {message.event!r}: data is not a JSON object: {data[:200]!r}")
+    if "type" not in value and message.event != "message":
+        value["type"] = message.event
+    return value
+
+
+def decode_events(messages: Iterable[SSEMessage]) -> list[dict[str, Any]]:
+    """Parse many messages (see :func:`decode_event`), skipping the ones that carry no event."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        event = decode_event(message)
+        if event is not None:
+            out.append(event)
+    return out
+
+
+class EventStreamDecoder:
+    """Bytes to event dicts in one step: an :class:`SSEDecoder` plus :func:`decode_event`.
+
+    :attr:`done` is set once a ``data: [DONE]`` sentinel arrives; :attr:`comments` counts comment
+    lines (keepalives) seen so far.
+    """
+
+    __slots__ = ("_sse", "comments", "done")
+
+    def __init__(self) -> None:
+        self._sse = SSEDecoder(comments=True)
+        self.done = False
+        self.comments = 0
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the stream ended inside an event (known after :meth:`flush`)."""
+        return self._sse.truncated
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The last event id the stream set."""
+        return self._sse.last_event_id
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Consume a chunk and return the events it completes."""
+        return self._events(self._sse.feed(data))
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Signal end of stream (an unterminated final event is discarded, as the spec says)."""
+        return self._events(self._sse.flush())
+
+    def _events(self, messages: list[SSEMessage]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for message in messages:
+            if isinstance(message, SSEComment):
+                self.comments += 1
+                continue
+            if message.data == _DONE_DATA:
+                self.done = True
+                continue
+            event = decode_event(message)
+            if event is not None:
+                out.append(event)
+        return out
+
+
+_PREFIXES: dict[str, bytes] = {}
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    """One SSE frame: ``event: <type>``, ``data: <JSON on one line>``, blank line (LF only, no id)."""
+    kind: str = event["type"]
+    prefix = _PREFIXES.get(kind)
+    if prefix is None:
+        if "\n" in kind or "\r" in kind:
+            raise ValueError(f"event type contains a line break: {kind!r}")
+        prefix = b"event: " + kind.encode() + b"\ndata: "
+        # Bounded so that a stream of made-up event types cannot grow the cache without limit.
+        if len(_PREFIXES) < 512:
+            _PREFIXES[kind] = prefix
+    return b"".join((prefix, orjson.dumps(event), b"\n\n"))
+
+
+def encode_comment(text: str = "") -> bytes:
+    """An SSE comment frame (every line prefixed with ``:``), e.g. a keepalive."""
+    if not text:
+        return b":\n\n"
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "".join(f": {line}\n" for line in lines).encode() + b"\n"
