@@ -247,8 +247,8 @@ def test_encode_event_exact_bytes() -> None:
     frame = encode_event(event)
     assert frame == (
         b"event: response.output_text.delta\n"
-        b'data: {"type":"response.output_text.delta","sequence_number":3,"delta":"a\\nb\\r\xe2\x80\xa8\xf0\x9f\x98\x80"}'
-        b"\n\n"
+        b'data: {"type":"response.output_text.delta","sequence_number":3,'
+        b'"delta":"a\\nb\\r\xe2\x80\xa8\xf0\x9f\x98\x80"}\n\n'
     )
     assert frame.count(b"\n") == 3 and b"\r" not in frame
 
