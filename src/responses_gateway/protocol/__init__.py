@@ -6,6 +6,7 @@ stream against the rules real clients enforce.
 """
 
 from .builder import TERMINAL_EVENTS, BuilderError, Item, StreamBuilder, error_event
+from .checker import StreamChecker, Violation, check
 from .response import ECHOED_DEFAULTS, empty_usage, make_usage, new_id, new_response
 from .sse import (
     DONE,
@@ -32,6 +33,9 @@ __all__ = [
     "SSEMessage",
     "SSEPayloadError",
     "StreamBuilder",
+    "StreamChecker",
+    "Violation",
+    "check",
     "decode_event",
     "decode_events",
     "empty_usage",

@@ -1,0 +1,922 @@
+"""Stream checker: validates a Responses event stream against the rules real clients enforce.
+
+Everything that decides whether an event is acceptable lives in the tables at the top of this module
+(``EVENT_RULES``, ``ITEM_SHAPES``, ``PART_SHAPES``, ``SPEC_EVENTS``…); :class:`StreamChecker` only walks
+them. It is sans-IO and incremental: feed events as they pass (a relay can check inline), then call
+:meth:`StreamChecker.finish`. Delta events cost O(1): a table lookup, a few type checks and one
+``list.append`` into the buffer that the matching ``*.done`` is compared against.
+
+Profiles:
+
+``openai``
+    What OpenAI itself emits and what Codex, the openai SDK, the Agents SDK and the Vercel AI SDK
+    require. A real OpenAI recording passes. Unknown event types are ignored (every client does).
+``strict-spec``
+    ``openai`` plus every field the Open Responses spec requires: full ResponseResource snapshots,
+    only spec event types (so raw reasoning is ``response.reasoning.*``), core item types only, the
+    nested ``error`` object on ``error`` events and the spec item shapes on ``output_item.added``.
+``codex``
+    ``openai`` plus Codex's parser quirks: a ``refusal`` content part makes Codex drop the whole
+    message. OpenAI emits refusal parts itself, so the default profile accepts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+__all__ = [
+    "PROFILES",
+    "RULES",
+    "Profile",
+    "StreamChecker",
+    "Violation",
+    "check",
+]
+
+Profile = Literal["openai", "strict-spec", "codex"]
+PROFILES: Final[tuple[str, ...]] = ("openai", "strict-spec", "codex")
+
+# Rule id -> (profiles it applies to, meaning). The ids are stable: tests and tools key on them.
+_ALL = ("openai", "strict-spec", "codex")
+RULES: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    "event.type": (_ALL, "an event is not a JSON object with a non-empty string `type`"),
+    "event.field": (_ALL, "a field the event type requires is missing or has the wrong JSON type"),
+    "event.unknown_type": (("strict-spec",), "an event type the Open Responses spec does not define"),
+    "sequence.integer": (_ALL, "`sequence_number` is missing or not an integer"),
+    "sequence.contiguous": (_ALL, "`sequence_number` does not start at 0 and grow by exactly 1"),
+    "lifecycle.created_first": (_ALL, "the first event is not `response.created`"),
+    "lifecycle.response_id": (_ALL, "the response id changes between lifecycle events"),
+    "lifecycle.status": (_ALL, "a lifecycle snapshot's `status` disagrees with its event type"),
+    "lifecycle.terminal_missing": (_ALL, "the stream ends without completed/incomplete/failed"),
+    "lifecycle.terminal_duplicate": (_ALL, "a second terminal event"),
+    "lifecycle.after_terminal": (_ALL, "an event after the terminal event"),
+    "item.not_open": (_ALL, "an item-scoped event names an item that was never added or is already done"),
+    "item.output_index": (_ALL, "`output_index` is not the item's, or a new item's is not the next one"),
+    "item.duplicate_id": (_ALL, "`output_item.added` reuses an item id"),
+    "item.done_mismatch": (_ALL, "`output_item.done` changes the item's type or output_index"),
+    "item.not_done": (_ALL, "an added item never gets `output_item.done`"),
+    "item.shape": (_ALL, "an item lacks a field its type requires (see ITEM_SHAPES)"),
+    "item.content_mismatch": (_ALL, "the `output_item.done` item disagrees with what was streamed"),
+    "part.shape": (_ALL, "a content or summary part lacks a field its type requires"),
+    "content.part_not_open": (_ALL, "a content event names a content part that is not open"),
+    "content.part_order": (_ALL, "`content_part.added` is not the item's next content_index"),
+    "content.part_type": (_ALL, "a delta of one kind streamed into a part of another kind"),
+    "content.part_open": (_ALL, "`output_item.done` while one of its parts is still open"),
+    "summary.part_not_open": (_ALL, "a summary event names a summary part that is not open"),
+    "summary.part_order": (_ALL, "`reasoning_summary_part.added` is not the next summary_index"),
+    "delta.done_mismatch": (_ALL, "a `*.done` value differs from the concatenated deltas"),
+    "output.mismatch": (_ALL, "the terminal `output` differs from the items that were done"),
+    "usage.shape": (_ALL, "usage counts are not integers or the detail objects are missing"),
+    "error.not_failed": (_ALL, "an `error` event is not followed by `response.failed`"),
+    "error.shape": (_ALL, "an `error` event carries no message (strict-spec: no nested `error` object)"),
+    "spec.response_fields": (("strict-spec",), "a lifecycle snapshot lacks a ResponseResource key"),
+    "spec.item_type": (("strict-spec",), "an output item type outside the spec's core item types"),
+    "spec.raw_reasoning": (("strict-spec",), "raw reasoning named `response.reasoning_text.*`"),
+    "codex.refusal_part": (("codex",), "a `refusal` message part (Codex drops the whole message)"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: its stable id, the offending event's sequence number (or index), and why."""
+
+    rule: str
+    sequence_number: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"#{self.sequence_number} [{self.rule}] {self.message}"
+
+
+# ---------------------------------------------------------------------------------------------- tables
+# Event scopes: how an event attaches to the stream's state.
+LIFECYCLE = "lifecycle"  # carries a Response snapshot
+ITEM_ADDED = "item_added"
+ITEM_DONE = "item_done"
+ITEM = "item"  # scoped to an open item by item_id
+PART_ADDED = "part_added"
+PART_DONE = "part_done"
+CONTENT = "content"  # scoped to an open content part by (item_id, content_index)
+SUMMARY_ADDED = "summary_added"
+SUMMARY_DONE = "summary_done"
+SUMMARY = "summary"  # scoped to an open summary part by (item_id, summary_index)
+ERROR = "error"
+GLOBAL = "global"
+
+# JSON type names for required fields. ``int`` excludes ``bool`` (checked explicitly).
+_FieldSpec = tuple[tuple[str, type | tuple[type, ...]], ...]
+_ITEM_FIELDS: _FieldSpec = (("item_id", str), ("output_index", int))
+_CONTENT_FIELDS: _FieldSpec = (*_ITEM_FIELDS, ("content_index", int))
+_SUMMARY_FIELDS: _FieldSpec = (*_ITEM_FIELDS, ("summary_index", int))
+
+
+@dataclass(frozen=True, slots=True)
+class EventRule:
+    """What an event type needs: its scope, its required fields, and the delta channel it feeds."""
+
+    scope: str
+    fields: _FieldSpec = ()
+    # Delta channel: deltas append ``delta`` to it, the ``done`` event's ``done_field`` must equal it.
+    channel: str | None = None
+    role: Literal["delta", "done"] | None = None
+    done_field: str = ""
+
+
+def _delta(scope: str, base: _FieldSpec, channel: str) -> EventRule:
+    return EventRule(scope, (*base, ("delta", str)), channel, "delta")
+
+
+def _done(scope: str, base: _FieldSpec, channel: str, field: str) -> EventRule:
+    return EventRule(scope, (*base, (field, str)), channel, "done", field)
+
+
+_LIFECYCLE_RULE = EventRule(LIFECYCLE, (("response", dict),))
+
+EVENT_RULES: Final[dict[str, EventRule]] = {
+    "response.created": _LIFECYCLE_RULE,
+    "response.queued": _LIFECYCLE_RULE,
+    "response.in_progress": _LIFECYCLE_RULE,
+    "response.completed": _LIFECYCLE_RULE,
+    "response.incomplete": _LIFECYCLE_RULE,
+    "response.failed": _LIFECYCLE_RULE,
+    "response.output_item.added": EventRule(ITEM_ADDED, (("output_index", int), ("item", dict))),
+    "response.output_item.done": EventRule(ITEM_DONE, (("output_index", int), ("item", dict))),
+    "response.content_part.added": EventRule(PART_ADDED, (*_CONTENT_FIELDS, ("part", dict))),
+    "response.content_part.done": EventRule(PART_DONE, (*_CONTENT_FIELDS, ("part", dict))),
+    "response.output_text.delta": _delta(CONTENT, _CONTENT_FIELDS, "output_text"),
+    "response.output_text.done": _done(CONTENT, _CONTENT_FIELDS, "output_text", "text"),
+    "response.output_text.annotation.added": EventRule(
+        CONTENT, (*_CONTENT_FIELDS, ("annotation_index", int), ("annotation", dict))
+    ),
+    "response.refusal.delta": _delta(CONTENT, _CONTENT_FIELDS, "refusal"),
+    "response.refusal.done": _done(CONTENT, _CONTENT_FIELDS, "refusal", "refusal"),
+    "response.reasoning_text.delta": _delta(CONTENT, _CONTENT_FIELDS, "reasoning_text"),
+    "response.reasoning_text.done": _done(CONTENT, _CONTENT_FIELDS, "reasoning_text", "text"),
+    "response.reasoning.delta": _delta(CONTENT, _CONTENT_FIELDS, "reasoning_text"),
+    "response.reasoning.done": _done(CONTENT, _CONTENT_FIELDS, "reasoning_text", "text"),
+    "response.reasoning_summary_part.added": EventRule(SUMMARY_ADDED, (*_SUMMARY_FIELDS, ("part", dict))),
+    "response.reasoning_summary_part.done": EventRule(SUMMARY_DONE, (*_SUMMARY_FIELDS, ("part", dict))),
+    "response.reasoning_summary_text.delta": _delta(SUMMARY, _SUMMARY_FIELDS, "summary_text"),
+    "response.reasoning_summary_text.done": _done(SUMMARY, _SUMMARY_FIELDS, "summary_text", "text"),
+    "response.function_call_arguments.delta": _delta(ITEM, _ITEM_FIELDS, "arguments"),
+    "response.function_call_arguments.done": _done(ITEM, _ITEM_FIELDS, "arguments", "arguments"),
+    "response.custom_tool_call_input.delta": _delta(ITEM, _ITEM_FIELDS, "input"),
+    "response.custom_tool_call_input.done": _done(ITEM, _ITEM_FIELDS, "input", "input"),
+    "response.mcp_call_arguments.delta": _delta(ITEM, _ITEM_FIELDS, "arguments"),
+    "response.mcp_call_arguments.done": _done(ITEM, _ITEM_FIELDS, "arguments", "arguments"),
+    "response.code_interpreter_call_code.delta": _delta(ITEM, _ITEM_FIELDS, "code"),
+    "response.code_interpreter_call_code.done": _done(ITEM, _ITEM_FIELDS, "code", "code"),
+    "response.apply_patch_call_operation_diff.delta": _delta(ITEM, _ITEM_FIELDS, "diff"),
+    "response.apply_patch_call_operation_diff.done": _done(ITEM, _ITEM_FIELDS, "diff", "diff"),
+    "response.image_generation_call.partial_image": EventRule(
+        ITEM, (*_ITEM_FIELDS, ("partial_image_b64", str), ("partial_image_index", int))
+    ),
+    "error": EventRule(ERROR),
+    "ping": EventRule(GLOBAL),
+}
+# Built-in tool progress events (``response.web_search_call.searching``…) are plain item-scoped events.
+for _kind, _phases in {
+    "web_search_call": ("in_progress", "searching", "completed"),
+    "file_search_call": ("in_progress", "searching", "completed"),
+    "code_interpreter_call": ("in_progress", "interpreting", "completed"),
+    "image_generation_call": ("in_progress", "generating", "completed"),
+    "mcp_call": ("in_progress", "completed", "failed"),
+    "mcp_list_tools": ("in_progress", "completed", "failed"),
+}.items():
+    for _phase in _phases:
+        EVENT_RULES[f"response.{_kind}.{_phase}"] = EventRule(ITEM, _ITEM_FIELDS)
+
+TERMINAL: Final[frozenset[str]] = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+# The status a lifecycle snapshot must report for each lifecycle event.
+LIFECYCLE_STATUS: Final[dict[str, frozenset[str]]] = {
+    "response.created": frozenset({"in_progress", "queued"}),
+    "response.queued": frozenset({"queued"}),
+    "response.in_progress": frozenset({"in_progress"}),
+    "response.completed": frozenset({"completed"}),
+    "response.incomplete": frozenset({"incomplete"}),
+    "response.failed": frozenset({"failed"}),
+}
+
+# Event types the Open Responses spec (2026-04-24) defines; strict-spec rejects every other type.
+SPEC_EVENTS: Final[frozenset[str]] = frozenset(
+    {
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.completed",
+        "response.failed",
+        "response.incomplete",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_text.annotation.added",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.reasoning.delta",
+        "response.reasoning.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "error",
+    }
+)
+
+# Every key of the spec's ResponseResource; all required (nullable ones present as null).
+SPEC_RESPONSE_FIELDS: Final[tuple[str, ...]] = (
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "incomplete_details",
+    "model",
+    "previous_response_id",
+    "instructions",
+    "output",
+    "error",
+    "tools",
+    "tool_choice",
+    "truncation",
+    "parallel_tool_calls",
+    "text",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "temperature",
+    "reasoning",
+    "usage",
+    "max_output_tokens",
+    "max_tool_calls",
+    "store",
+    "background",
+    "service_tier",
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+)
+
+SPEC_ITEM_TYPES: Final[frozenset[str]] = frozenset(
+    {"message", "function_call", "function_call_output", "reasoning", "compaction"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemShape:
+    """Fields an item type needs in ``output_item.added`` and in ``output_item.done``."""
+
+    added: _FieldSpec
+    done: _FieldSpec
+
+
+_ID_TYPE: _FieldSpec = (("id", str), ("type", str))
+# From the clients: Codex drops reasoning without `summary` (even in .added), function calls without
+# string `arguments`/`call_id`, custom calls without `input`; the Vercel SDK needs `status` on a done
+# function call; @ai-sdk/open-responses needs `content` on a done message.
+ITEM_SHAPES: Final[dict[str, ItemShape]] = {
+    "message": ItemShape(
+        (*_ID_TYPE, ("role", str), ("content", list)),
+        (*_ID_TYPE, ("role", str), ("content", list), ("status", str)),
+    ),
+    "reasoning": ItemShape((*_ID_TYPE, ("summary", list)), (*_ID_TYPE, ("summary", list))),
+    "function_call": ItemShape(
+        (*_ID_TYPE, ("call_id", str), ("name", str), ("arguments", str)),
+        (*_ID_TYPE, ("call_id", str), ("name", str), ("arguments", str), ("status", str)),
+    ),
+    "custom_tool_call": ItemShape(
+        (*_ID_TYPE, ("call_id", str), ("name", str), ("input", str)),
+        (*_ID_TYPE, ("call_id", str), ("name", str), ("input", str)),
+    ),
+}
+_DEFAULT_SHAPE = ItemShape(_ID_TYPE, _ID_TYPE)
+
+PART_SHAPES: Final[dict[str, _FieldSpec]] = {
+    "output_text": (("text", str), ("annotations", list)),
+    "refusal": (("refusal", str),),
+    "reasoning_text": (("text", str),),
+    "summary_text": (("text", str),),
+}
+# Where a part kind keeps its text inside the item, and which delta channels may feed it.
+PART_TEXT_KEY: Final[dict[str, str]] = {
+    "output_text": "text",
+    "refusal": "refusal",
+    "reasoning_text": "text",
+    "summary_text": "text",
+}
+
+_USAGE_INTS = ("input_tokens", "output_tokens", "total_tokens")
+_USAGE_DETAILS = (("input_tokens_details", "cached_tokens"), ("output_tokens_details", "reasoning_tokens"))
+
+
+# ---------------------------------------------------------------------------------------------- state
+class _Part:
+    __slots__ = ("buf", "done_value", "kind", "open")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.buf: list[str] = []
+        self.done_value: str | None = None
+        self.open = True
+
+    def value(self) -> str | None:
+        """The part's final text as far as the stream told it.
+
+        Deltas win over a contradicting ``*.done`` (already reported once), so one bad event is not
+        reported again by every later event that repeats the text.
+        """
+        if self.buf:
+            return "".join(self.buf)
+        return self.done_value
+
+
+class _Item:
+    __slots__ = ("channels", "id", "kind", "next_part", "next_summary", "output_index", "parts", "summaries")
+
+    def __init__(self, item_id: str, kind: str, output_index: int) -> None:
+        self.id = item_id
+        self.kind = kind
+        self.output_index = output_index
+        self.parts: dict[int, _Part] = {}
+        self.summaries: dict[int, _Part] = {}
+        self.next_part = 0
+        self.next_summary = 0
+        # Item-level delta channels (arguments, input, code, diff): a _Part without a part.
+        self.channels: dict[str, _Part] = {}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _type_ok(value: Any, expected: type | tuple[type, ...]) -> bool:
+    if expected is int:
+        return _is_int(value)
+    return isinstance(value, expected)
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    names = {str: "string", int: "integer", dict: "object", list: "array"}
+    if isinstance(expected, tuple):
+        return " or ".join(names.get(t, t.__name__) for t in expected)
+    return names.get(expected, expected.__name__)
+
+
+class StreamChecker:
+    """Incremental checker: ``feed`` each event, then ``finish``; both return the new violations."""
+
+    def __init__(self, profile: Profile | str = "openai") -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r} (expected one of {', '.join(PROFILES)})")
+        self.profile = profile
+        self._strict = profile == "strict-spec"
+        self._codex = profile == "codex"
+        self.violations: list[Violation] = []
+        self._index = 0
+        self._expected_seq = 0
+        self._response_id: str | None = None
+        self._terminal: str | None = None
+        self._pending_error: int | None = None
+        self._items: dict[str, _Item] = {}  # open items by id
+        self._seen_ids: set[str] = set()
+        self._done: list[dict[str, Any]] = []  # done items, in the order their done arrived
+        self._done_by_index: dict[int, dict[str, Any]] = {}
+        self._next_output_index = 0
+        self._finished = False
+
+    # ------------------------------------------------------------------ public
+    def feed(self, event: Any) -> list[Violation]:
+        """Check one event (a parsed JSON object) in stream order."""
+        if self._finished:
+            raise RuntimeError("finish() was already called")
+        new: list[Violation] = []
+        index = self._index
+        self._index += 1
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str) or not event["type"]:
+            self._add(new, "event.type", index, f"event {index} has no string `type`")
+            return new
+        etype: str = event["type"]
+        seq_raw = event.get("sequence_number")
+        seq: int = seq_raw if isinstance(seq_raw, int) and not isinstance(seq_raw, bool) else index
+        self._check_sequence(new, event, seq_raw, index)
+
+        if index == 0 and etype != "response.created":
+            self._add(new, "lifecycle.created_first", seq, f"first event is {etype!r}, not response.created")
+        if self._pending_error is not None and etype != "response.failed":
+            self._add(
+                new,
+                "error.not_failed",
+                self._pending_error,
+                f"`error` event #{self._pending_error} is followed by {etype!r}, not response.failed",
+            )
+        self._pending_error = None
+        if self._terminal is not None:
+            if etype in TERMINAL:
+                self._add(new, "lifecycle.terminal_duplicate", seq, f"{etype} after {self._terminal}")
+            else:
+                self._add(new, "lifecycle.after_terminal", seq, f"{etype} after {self._terminal}")
+
+        rule = EVENT_RULES.get(etype)
+        if self._strict and etype not in SPEC_EVENTS:
+            if etype.startswith("response.reasoning_text."):
+                self._add(
+                    new,
+                    "spec.raw_reasoning",
+                    seq,
+                    f"{etype}: the spec names raw reasoning response.reasoning.*",
+                )
+            else:
+                self._add(new, "event.unknown_type", seq, f"{etype} is not an Open Responses event type")
+        if rule is None:
+            self._check_unknown(new, event, etype, seq)
+            return new
+        if not self._check_fields(new, event, etype, rule.fields, seq):
+            return new
+        handler = _HANDLERS[rule.scope]
+        handler(self, new, event, etype, rule, seq)
+        return new
+
+    def feed_all(self, events: Iterable[Any]) -> list[Violation]:
+        """Feed several events; return the violations they produced."""
+        out: list[Violation] = []
+        for event in events:
+            out.extend(self.feed(event))
+        return out
+
+    def finish(self) -> list[Violation]:
+        """End of stream: report what never happened (terminal event, item dones, failed after error)."""
+        if self._finished:
+            return []
+        self._finished = True
+        new: list[Violation] = []
+        at = self._expected_seq
+        if self._pending_error is not None:
+            self._add(new, "error.not_failed", self._pending_error, "the stream ends after an `error` event")
+        if self._terminal is None:
+            self._add(new, "lifecycle.terminal_missing", at, "no response.completed/incomplete/failed")
+            self._report_open_items(new, at)
+        return new
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    # ------------------------------------------------------------------ helpers
+    def _add(self, new: list[Violation], rule: str, seq: int, message: str) -> None:
+        violation = Violation(rule, seq, message)
+        new.append(violation)
+        self.violations.append(violation)
+
+    def _check_sequence(self, new: list[Violation], event: dict[str, Any], seq_raw: Any, index: int) -> None:
+        if not _is_int(seq_raw):
+            what = "missing" if "sequence_number" not in event else f"{seq_raw!r}"
+            self._add(new, "sequence.integer", index, f"{event['type']}: sequence_number is {what}")
+            # Assume it held its slot so one bad event does not cascade into contiguity errors.
+            self._expected_seq += 1
+            return
+        if seq_raw != self._expected_seq:
+            self._add(
+                new,
+                "sequence.contiguous",
+                seq_raw,
+                f"{event['type']}: sequence_number {seq_raw}, expected {self._expected_seq}",
+            )
+        self._expected_seq = seq_raw + 1
+
+    def _check_fields(
+        self, new: list[Violation], obj: dict[str, Any], what: str, fields: _FieldSpec, seq: int
+    ) -> bool:
+        ok = True
+        for name, expected in fields:
+            value = obj.get(name)
+            if not _type_ok(value, expected):
+                state = "missing" if name not in obj else f"not {_type_name(expected)}: {value!r:.60}"
+                self._add(new, "event.field", seq, f"{what}: `{name}` {state}")
+                ok = False
+        return ok
+
+    def _check_shape(
+        self, new: list[Violation], rule: str, obj: dict[str, Any], what: str, fields: _FieldSpec, seq: int
+    ) -> None:
+        for name, expected in fields:
+            value = obj.get(name)
+            if not _type_ok(value, expected):
+                state = "missing" if name not in obj else f"not {_type_name(expected)}"
+                self._add(new, rule, seq, f"{what}: `{name}` {state}")
+
+    def _open_item(self, new: list[Violation], event: dict[str, Any], etype: str, seq: int) -> _Item | None:
+        item_id = event["item_id"]
+        item = self._items.get(item_id)
+        if item is None:
+            state = "already done" if item_id in self._seen_ids else "never added"
+            self._add(new, "item.not_open", seq, f"{etype}: item {item_id!r} is {state}")
+            return None
+        if event["output_index"] != item.output_index:
+            self._add(
+                new,
+                "item.output_index",
+                seq,
+                f"{etype}: output_index {event['output_index']}, item {item_id!r} is at {item.output_index}",
+            )
+        return item
+
+    def _check_unknown(self, new: list[Violation], event: dict[str, Any], etype: str, seq: int) -> None:
+        """Unknown types are ignored by clients, but an item they name must still be open."""
+        if isinstance(event.get("item_id"), str) and _is_int(event.get("output_index")):
+            self._open_item(new, event, etype, seq)
+
+    def _report_open_items(self, new: list[Violation], seq: int) -> None:
+        for item in self._items.values():
+            self._add(new, "item.not_done", seq, f"{item.kind} {item.id!r} was added but never done")
+
+    def _check_usage(self, new: list[Violation], usage: Any, etype: str, seq: int) -> None:
+        if usage is None:
+            return
+        if not isinstance(usage, dict):
+            self._add(new, "usage.shape", seq, f"{etype}: usage is not an object")
+            return
+        for key in _USAGE_INTS:
+            if not _is_int(usage.get(key)):
+                self._add(
+                    new, "usage.shape", seq, f"{etype}: usage.{key} is {usage.get(key)!r}, not an integer"
+                )
+        for details, key in _USAGE_DETAILS:
+            obj = usage.get(details)
+            if not isinstance(obj, dict) or not _is_int(obj.get(key)):
+                self._add(new, "usage.shape", seq, f"{etype}: usage.{details}.{key} is not an integer")
+
+    # ------------------------------------------------------------------ scopes
+    def _on_lifecycle(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        response: dict[str, Any] = event["response"]
+        rid = response.get("id")
+        if not isinstance(rid, str):
+            self._add(new, "event.field", seq, f"{etype}: response.id is not a string")
+        elif self._response_id is None:
+            self._response_id = rid
+        elif rid != self._response_id:
+            self._add(
+                new, "lifecycle.response_id", seq, f"{etype}: response id {rid!r}, was {self._response_id!r}"
+            )
+        status = response.get("status")
+        if status not in LIFECYCLE_STATUS[etype]:
+            self._add(new, "lifecycle.status", seq, f"{etype}: response.status is {status!r}")
+        self._check_usage(new, response.get("usage"), etype, seq)
+        if self._strict:
+            missing = [key for key in SPEC_RESPONSE_FIELDS if key not in response]
+            if missing:
+                self._add(new, "spec.response_fields", seq, f"{etype}: response lacks {', '.join(missing)}")
+        if etype in TERMINAL and self._terminal is None:
+            self._terminal = etype
+            self._report_open_items(new, seq)
+            self._check_output(new, response.get("output"), etype, seq)
+
+    def _check_output(self, new: list[Violation], output: Any, etype: str, seq: int) -> None:
+        if not isinstance(output, list):
+            self._add(new, "event.field", seq, f"{etype}: response.output is not an array")
+            return
+        expected = [self._done_by_index[i] for i in sorted(self._done_by_index)]
+        # A failed response may drop its partial output; what it does list must still match.
+        if etype == "response.failed" and not output:
+            return
+        if len(output) != len(expected):
+            got_ids = [o.get("id") if isinstance(o, dict) else o for o in output]
+            want_ids = [o.get("id") for o in expected]
+            self._add(new, "output.mismatch", seq, f"{etype}: output ids {got_ids}, items done {want_ids}")
+            return
+        for position, (got, want) in enumerate(zip(output, expected, strict=True)):
+            if _comparable(got) != _comparable(want):
+                got_id = got.get("id") if isinstance(got, dict) else got
+                self._add(
+                    new,
+                    "output.mismatch",
+                    seq,
+                    f"{etype}: output[{position}] ({got_id!r}) differs from its output_item.done item "
+                    f"({want.get('id')!r}){_first_difference(got, want)}",
+                )
+
+    def _on_item_added(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        item: dict[str, Any] = event["item"]
+        kind = item.get("type")
+        shape = ITEM_SHAPES.get(kind, _DEFAULT_SHAPE) if isinstance(kind, str) else _DEFAULT_SHAPE
+        # The spec's item models require the done fields (e.g. `status`) already in `.added`.
+        self._check_shape(
+            new, "item.shape", item, f"{etype} {kind}", shape.done if self._strict else shape.added, seq
+        )
+        self._check_item_extras(new, item, kind, etype, seq)
+        item_id = item.get("id")
+        if not isinstance(item_id, str) or not isinstance(kind, str):
+            return
+        if event["output_index"] != self._next_output_index:
+            self._add(
+                new,
+                "item.output_index",
+                seq,
+                f"{etype}: output_index {event['output_index']}, expected {self._next_output_index}",
+            )
+        self._next_output_index = max(self._next_output_index, event["output_index"]) + 1
+        if item_id in self._seen_ids:
+            self._add(new, "item.duplicate_id", seq, f"{etype}: item id {item_id!r} was already used")
+            if item_id in self._items:
+                return
+        self._seen_ids.add(item_id)
+        state = _Item(item_id, kind, event["output_index"])
+        code = item.get("code")
+        if kind == "code_interpreter_call" and isinstance(code, str) and code:
+            state.channels["code"] = _Part("code")
+            state.channels["code"].buf.append(code)
+        self._items[item_id] = state
+
+    def _check_item_extras(
+        self, new: list[Violation], item: dict[str, Any], kind: Any, etype: str, seq: int
+    ) -> None:
+        if self._strict and isinstance(kind, str) and kind not in SPEC_ITEM_TYPES:
+            self._add(
+                new, "spec.item_type", seq, f"{etype}: item type {kind!r} is an extension, not core spec"
+            )
+        if kind == "message" and isinstance(item.get("content"), list):
+            for part in item["content"]:
+                if isinstance(part, dict):
+                    self._check_part(new, part, f"{etype} message part", seq)
+
+    def _check_part(self, new: list[Violation], part: dict[str, Any], what: str, seq: int) -> None:
+        ptype = part.get("type")
+        if not isinstance(ptype, str):
+            self._add(new, "part.shape", seq, f"{what}: part has no string `type`")
+            return
+        self._check_shape(new, "part.shape", part, f"{what} {ptype}", PART_SHAPES.get(ptype, ()), seq)
+        if self._codex and ptype == "refusal":
+            self._add(new, "codex.refusal_part", seq, f"{what}: a refusal part makes Codex drop the message")
+
+    def _on_item_done(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        item: dict[str, Any] = event["item"]
+        kind = item.get("type")
+        shape = ITEM_SHAPES.get(kind, _DEFAULT_SHAPE) if isinstance(kind, str) else _DEFAULT_SHAPE
+        self._check_shape(new, "item.shape", item, f"{etype} {kind}", shape.done, seq)
+        self._check_item_extras(new, item, kind, etype, seq)
+        item_id = item.get("id")
+        if not isinstance(item_id, str):
+            return
+        state = self._items.pop(item_id, None)
+        if state is None:
+            what = "already done" if item_id in self._seen_ids else "never added"
+            self._add(new, "item.not_open", seq, f"{etype}: item {item_id!r} is {what}")
+            return
+        if state.kind != kind or state.output_index != event["output_index"]:
+            self._add(
+                new,
+                "item.done_mismatch",
+                seq,
+                f"{etype}: item {item_id!r} was added as {state.kind} #{state.output_index}, "
+                f"done as {kind} #{event['output_index']}",
+            )
+        for index, part in list(state.parts.items()) + list(state.summaries.items()):
+            if part.open:
+                self._add(new, "content.part_open", seq, f"{etype}: {part.kind} part {index} is still open")
+        self._check_done_content(new, state, item, seq)
+        self._done.append(item)
+        self._done_by_index[state.output_index] = item
+
+    def _check_done_content(self, new: list[Violation], state: _Item, item: dict[str, Any], seq: int) -> None:
+        """The done item must hold what its deltas and ``*.done`` events said."""
+        for container, parts in (("content", state.parts), ("summary", state.summaries)):
+            listed = item.get(container)
+            for index, part in parts.items():
+                value = part.value()
+                if value is None:
+                    continue
+                got = None
+                if isinstance(listed, list) and index < len(listed) and isinstance(listed[index], dict):
+                    got = listed[index].get(PART_TEXT_KEY.get(part.kind, "text"))
+                if got != value:
+                    self._add(
+                        new,
+                        "item.content_mismatch",
+                        seq,
+                        f"output_item.done {state.id!r}: {container}[{index}] is {got!r:.60}, "
+                        f"streamed {value!r:.60}",
+                    )
+        for field, channel in state.channels.items():
+            value = channel.value()
+            if value is not None and field in item and item[field] != value:
+                self._add(
+                    new,
+                    "item.content_mismatch",
+                    seq,
+                    f"output_item.done {state.id!r}: {field} is {item[field]!r:.60}, streamed {value!r:.60}",
+                )
+
+    def _on_item(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        item = self._open_item(new, event, etype, seq)
+        if item is None or rule.channel is None:
+            return
+        channel = item.channels.get(rule.channel)
+        if channel is None:
+            channel = item.channels[rule.channel] = _Part(rule.channel)
+        self._feed_channel(new, channel, event, etype, rule, seq)
+
+    def _feed_channel(
+        self, new: list[Violation], part: _Part, event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        if rule.role == "delta":
+            part.buf.append(event["delta"])
+            return
+        value: str = event[rule.done_field]
+        # A done without any delta is how OpenAI delivers unstreamed text (and the builder a no-argument
+        # call's "{}"); only a done that contradicts streamed deltas is wrong.
+        if part.buf:
+            streamed = "".join(part.buf)
+            if streamed != value:
+                self._add(
+                    new,
+                    "delta.done_mismatch",
+                    seq,
+                    f"{etype}: {rule.done_field} {value!r:.60} differs from the deltas {streamed!r:.60}",
+                )
+        part.done_value = value
+
+    def _on_part_added(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        self._part_added(new, event, etype, seq, "content_index", "content")
+
+    def _on_summary_added(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        self._part_added(new, event, etype, seq, "summary_index", "summary")
+
+    def _part_added(
+        self, new: list[Violation], event: dict[str, Any], etype: str, seq: int, key: str, family: str
+    ) -> None:
+        item = self._open_item(new, event, etype, seq)
+        part: dict[str, Any] = event["part"]
+        self._check_part(new, part, etype, seq)
+        if item is None:
+            return
+        index: int = event[key]
+        parts, expected = (
+            (item.parts, item.next_part) if family == "content" else (item.summaries, item.next_summary)
+        )
+        if index != expected:
+            self._add(new, f"{family}.part_order", seq, f"{etype}: {key} {index}, expected {expected}")
+        ptype = part.get("type")
+        parts[index] = state = _Part(ptype if isinstance(ptype, str) else "")
+        initial = part.get(PART_TEXT_KEY.get(state.kind, "text"))
+        if isinstance(initial, str) and initial:
+            state.buf.append(initial)
+        if family == "content":
+            item.next_part = max(expected, index) + 1
+        else:
+            item.next_summary = max(expected, index) + 1
+
+    def _find_part(
+        self, new: list[Violation], event: dict[str, Any], etype: str, seq: int, key: str, family: str
+    ) -> _Part | None:
+        item = self._open_item(new, event, etype, seq)
+        if item is None:
+            return None
+        index = event[key]
+        part = (item.parts if family == "content" else item.summaries).get(index)
+        if part is None or not part.open:
+            state = "already done" if part is not None else "never added"
+            self._add(
+                new, f"{family}.part_not_open", seq, f"{etype}: {key} {index} of {item.id!r} is {state}"
+            )
+            return None
+        return part
+
+    def _on_content(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        part = self._find_part(new, event, etype, seq, "content_index", "content")
+        if part is None or rule.channel is None:
+            return
+        if part.kind != rule.channel:
+            self._add(new, "content.part_type", seq, f"{etype} into a {part.kind!r} part")
+            return
+        self._feed_channel(new, part, event, etype, rule, seq)
+
+    def _on_summary(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        part = self._find_part(new, event, etype, seq, "summary_index", "summary")
+        if part is not None:
+            self._feed_channel(new, part, event, etype, rule, seq)
+
+    def _on_part_done(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        self._part_done(new, event, etype, seq, "content_index", "content")
+
+    def _on_summary_done(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        self._part_done(new, event, etype, seq, "summary_index", "summary")
+
+    def _part_done(
+        self, new: list[Violation], event: dict[str, Any], etype: str, seq: int, key: str, family: str
+    ) -> None:
+        part = self._find_part(new, event, etype, seq, key, family)
+        payload: dict[str, Any] = event["part"]
+        self._check_part(new, payload, etype, seq)
+        if part is None:
+            return
+        part.open = False
+        text = payload.get(PART_TEXT_KEY.get(part.kind, "text"))
+        value = part.value()
+        if payload.get("type") != part.kind:
+            self._add(
+                new,
+                "content.part_type",
+                seq,
+                f"{etype}: part type {payload.get('type')!r}, added as {part.kind!r}",
+            )
+        elif value is not None and text != value:
+            self._add(
+                new,
+                "delta.done_mismatch",
+                seq,
+                f"{etype}: part text {text!r:.60} differs from the streamed {value!r:.60}",
+            )
+        if isinstance(text, str):
+            part.done_value = text
+
+    def _on_error(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        nested = event.get("error")
+        if self._strict:
+            if not isinstance(nested, dict):
+                self._add(new, "error.shape", seq, "error: no nested `error` object")
+            else:
+                self._check_shape(
+                    new, "error.shape", nested, "error.error", (("type", str), ("message", str)), seq
+                )
+        elif not isinstance(event.get("message"), str) and not (
+            isinstance(nested, dict) and isinstance(nested.get("message"), str)
+        ):
+            self._add(new, "error.shape", seq, "error: no `message`, top-level or nested")
+        self._pending_error = seq
+
+    def _on_global(
+        self, new: list[Violation], event: dict[str, Any], etype: str, rule: EventRule, seq: int
+    ) -> None:
+        return
+
+
+_HANDLERS = {
+    LIFECYCLE: StreamChecker._on_lifecycle,
+    ITEM_ADDED: StreamChecker._on_item_added,
+    ITEM_DONE: StreamChecker._on_item_done,
+    ITEM: StreamChecker._on_item,
+    PART_ADDED: StreamChecker._on_part_added,
+    PART_DONE: StreamChecker._on_part_done,
+    CONTENT: StreamChecker._on_content,
+    SUMMARY_ADDED: StreamChecker._on_summary_added,
+    SUMMARY_DONE: StreamChecker._on_summary_done,
+    SUMMARY: StreamChecker._on_summary,
+    ERROR: StreamChecker._on_error,
+    GLOBAL: StreamChecker._on_global,
+}
+
+
+# OpenAI re-encrypts reasoning state for every snapshot, so ``encrypted_content`` legitimately differs
+# between an item's ``output_item.done`` and the terminal ``output``; it is opaque, never compared.
+_VOLATILE_ITEM_KEYS = frozenset({"encrypted_content"})
+
+
+def _comparable(item: Any) -> Any:
+    if isinstance(item, dict) and not _VOLATILE_ITEM_KEYS.isdisjoint(item):
+        return {k: v for k, v in item.items() if k not in _VOLATILE_ITEM_KEYS}
+    return item
+
+
+def _first_difference(got: Any, want: Any) -> str:
+    if isinstance(got, dict) and isinstance(want, dict):
+        for key in sorted((set(got) | set(want)) - _VOLATILE_ITEM_KEYS):
+            if got.get(key) != want.get(key):
+                return f": `{key}` differs"
+    return ""
+
+
+def check(events: Iterable[Any], *, profile: Profile | str = "openai") -> list[Violation]:
+    """Check a whole stream of parsed events; an empty list means it is clean."""
+    checker = StreamChecker(profile)
+    checker.feed_all(events)
+    checker.finish()
+    return checker.violations
