@@ -18,6 +18,7 @@ from responses_gateway.protocol.checker import (
     StreamChecker,
     Violation,
     check,
+    check_response,
 )
 
 Events = list[dict[str, Any]]
@@ -435,8 +436,25 @@ def test_every_rule_is_exercised() -> None:
         "spec.item_type",
         "spec.raw_reasoning",
         "codex.refusal_part",
+        "response.shape",
+        # Reported by the CLI's URL probes; tests/test_cli_check.py triggers them.
+        "http.response",
+        "probe.function_call",
     }
     assert exercised == set(RULES)
+
+
+def test_check_response_body() -> None:
+    body = builder_stream("reasoning")[-1]["response"]
+    assert check_response(body) == []
+    assert check_response(body, profile="strict-spec") == []
+    assert rules(check_response(dict(body, object="chat.completion"))) == {"response.shape"}
+    assert rules(check_response(["x"])) == {"response.shape"}
+    bad_item = dict(body, output=[{"id": "rs_1", "type": "reasoning"}])
+    assert rules(check_response(bad_item)) == {"item.shape"}
+    partial = {k: v for k, v in body.items() if k != "top_logprobs"}
+    assert check_response(partial) == []
+    assert rules(check_response(partial, profile="strict-spec")) == {"spec.response_fields"}
 
 
 # ------------------------------------------------------------------ real recordings

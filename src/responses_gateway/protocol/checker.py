@@ -33,6 +33,7 @@ __all__ = [
     "StreamChecker",
     "Violation",
     "check",
+    "check_response",
 ]
 
 Profile = Literal["openai", "strict-spec", "codex"]
@@ -71,6 +72,10 @@ RULES: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "usage.shape": (_ALL, "usage counts are not integers or the detail objects are missing"),
     "error.not_failed": (_ALL, "an `error` event is not followed by `response.failed`"),
     "error.shape": (_ALL, "an `error` event carries no message (strict-spec: no nested `error` object)"),
+    "response.shape": (_ALL, "a non-streamed Response body is not a Response object"),
+    # Reported by `responses-gateway check URL` about the HTTP exchange rather than the events.
+    "http.response": (_ALL, "a probe got a non-200 status, a wrong Content-Type or a non-JSON body"),
+    "probe.function_call": (_ALL, "`tool_choice: required` was answered without a function_call item"),
     "spec.response_fields": (("strict-spec",), "a lifecycle snapshot lacks a ResponseResource key"),
     "spec.item_type": (("strict-spec",), "an output item type outside the spec's core item types"),
     "spec.raw_reasoning": (("strict-spec",), "raw reasoning named `response.reasoning_text.*`"),
@@ -468,6 +473,11 @@ class StreamChecker:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def done_items(self) -> list[dict[str, Any]]:
+        """The items of every ``output_item.done`` seen so far, in arrival order."""
+        return list(self._done)
 
     # ------------------------------------------------------------------ helpers
     def _add(self, new: list[Violation], rule: str, seq: int, message: str) -> None:
@@ -920,3 +930,34 @@ def check(events: Iterable[Any], *, profile: Profile | str = "openai") -> list[V
     checker.feed_all(events)
     checker.finish()
     return checker.violations
+
+
+_FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "queued", "in_progress", "cancelled"})
+
+
+def check_response(body: Any, *, profile: Profile | str = "openai") -> list[Violation]:
+    """Check a non-streamed Response body (``stream: false``): the shapes its items and usage need."""
+    checker = StreamChecker(profile)
+    new: list[Violation] = []
+    if not isinstance(body, dict):
+        checker._add(new, "response.shape", 0, "the body is not a JSON object")
+        return new
+    if body.get("object") != "response":
+        checker._add(new, "response.shape", 0, f"`object` is {body.get('object')!r}, not 'response'")
+    checker._check_fields(new, body, "response", (("id", str), ("status", str), ("output", list)), 0)
+    if isinstance(body.get("status"), str) and body["status"] not in _FINAL_STATUSES:
+        checker._add(new, "response.shape", 0, f"`status` is {body['status']!r}")
+    checker._check_usage(new, body.get("usage"), "response", 0)
+    if checker._strict:
+        missing = [key for key in SPEC_RESPONSE_FIELDS if key not in body]
+        if missing:
+            checker._add(new, "spec.response_fields", 0, f"response lacks {', '.join(missing)}")
+    for position, item in enumerate(body.get("output") or ()):
+        if not isinstance(item, dict):
+            checker._add(new, "item.shape", 0, f"output[{position}] is not an object")
+            continue
+        kind = item.get("type")
+        shape = ITEM_SHAPES.get(kind, _DEFAULT_SHAPE) if isinstance(kind, str) else _DEFAULT_SHAPE
+        checker._check_shape(new, "item.shape", item, f"output[{position}] {kind}", shape.done, 0)
+        checker._check_item_extras(new, item, kind, f"output[{position}]", 0)
+    return new
