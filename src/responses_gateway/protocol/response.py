@@ -35,7 +35,7 @@ def new_id(prefix: str) -> str:
 def empty_usage() -> JSON:
     return {
         "input_tokens": 0,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
         "output_tokens": 0,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 0,
@@ -48,11 +48,18 @@ def make_usage(
     *,
     cached_tokens: int = 0,
     reasoning_tokens: int = 0,
+    cache_write_tokens: int = 0,
 ) -> JSON:
-    """Usage with integer counts and both detail objects, as Codex requires."""
+    """Usage with integer counts and both detail objects, as Codex requires.
+
+    ``cache_write_tokens`` is what OpenAI now sends and what the openai SDK's ``ResponseUsage`` requires.
+    """
     return {
         "input_tokens": int(input_tokens),
-        "input_tokens_details": {"cached_tokens": int(cached_tokens)},
+        "input_tokens_details": {
+            "cache_write_tokens": int(cache_write_tokens),
+            "cached_tokens": int(cached_tokens),
+        },
         "output_tokens": int(output_tokens),
         "output_tokens_details": {"reasoning_tokens": int(reasoning_tokens)},
         "total_tokens": int(input_tokens) + int(output_tokens),
