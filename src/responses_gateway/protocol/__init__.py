@@ -5,6 +5,7 @@ a Response; ``SSEDecoder``/``encode_event`` are the incremental wire codec; ``ch
 stream against the rules real clients enforce.
 """
 
+from .accumulator import Accumulator, accumulate
 from .builder import TERMINAL_EVENTS, BuilderError, Item, StreamBuilder, error_event
 from .checker import StreamChecker, Violation, check
 from .response import ECHOED_DEFAULTS, empty_usage, make_usage, new_id, new_response
@@ -25,6 +26,7 @@ __all__ = [
     "DONE",
     "ECHOED_DEFAULTS",
     "TERMINAL_EVENTS",
+    "Accumulator",
     "BuilderError",
     "EventStreamDecoder",
     "Item",
@@ -35,6 +37,7 @@ __all__ = [
     "StreamBuilder",
     "StreamChecker",
     "Violation",
+    "accumulate",
     "check",
     "decode_event",
     "decode_events",
