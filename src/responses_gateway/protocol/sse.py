@@ -270,9 +270,9 @@ class EventStreamDecoder:
         """Consume a chunk and return the events it completes."""
         return self._events(self._sse.feed(data))
 
-    def flush(self) -> list[dict[str, Any]]:
-        """Signal end of stream (an unterminated final event is discarded, as the spec says)."""
-        return self._events(self._sse.flush())
+    def flush(self, dispatch_incomplete: bool = False) -> list[dict[str, Any]]:
+        """Signal end of stream; an unterminated final event is discarded unless asked otherwise."""
+        return self._events(self._sse.flush(dispatch_incomplete))
 
     def _events(self, messages: list[SSEMessage]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
