@@ -165,7 +165,9 @@ class StreamBuilder:
         """
         self._check_running()
         if mode == "in_progress":
-            return self._lifecycle("response.in_progress")
+            # A queued response repeats ``response.queued``: an in_progress event must not say "queued".
+            queued = self.response["status"] == "queued"
+            return self._lifecycle("response.queued" if queued else "response.in_progress")
         return self._emit({"type": "ping", "sequence_number": 0})
 
     def _check_running(self) -> None:
@@ -659,9 +661,14 @@ class StreamBuilder:
         *,
         cached_tokens: int = 0,
         reasoning_tokens: int = 0,
+        cache_write_tokens: int = 0,
     ) -> None:
         self.response["usage"] = make_usage(
-            input_tokens, output_tokens, cached_tokens=cached_tokens, reasoning_tokens=reasoning_tokens
+            input_tokens,
+            output_tokens,
+            cached_tokens=cached_tokens,
+            reasoning_tokens=reasoning_tokens,
+            cache_write_tokens=cache_write_tokens,
         )
 
     def _finish(self, status: str, event_type: str) -> JSON:
