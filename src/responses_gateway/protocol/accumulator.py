@@ -260,7 +260,7 @@ def _copy(value: JSON) -> JSON:
 class _Slot:
     """One output item being reconstructed."""
 
-    __slots__ = ("bufs", "done", "index", "item", "merged_args", "partial_image")
+    __slots__ = ("bufs", "done", "index", "item", "merged_args", "partial_image", "settled")
 
     def __init__(self, index: int, item: JSON) -> None:
         self.index = index
@@ -269,6 +269,8 @@ class _Slot:
         self.done = False
         self.merged_args: JSON | None = None
         self.partial_image: str | None = None
+        # Pieces whose value came from a ``.done`` event rather than from deltas alone.
+        self.settled: set[tuple[str, int]] = set()
 
     def label(self) -> str:
         return f"output[{self.index}] {self.item.get('type')} {self.item.get('id')}"
@@ -549,7 +551,7 @@ class Accumulator:
             streamed = buf[0] if buf else ""
             if final is not None and _text_of(final) != streamed:
                 self.discrepancies.append(
-                    f"{label}: {kind}[{piece_index}] streamed as {_short(streamed)}, "
+                    f"{label}: {kind}[{piece_index}] is {_short(streamed)} from earlier events, "
                     f"output_item.done has {_short(final)}"
                 )
         for index_, part in enumerate(ours.get("content") or ()):
@@ -585,7 +587,6 @@ class Accumulator:
         field = "refusal" if kind == "refusal" else "text"
         self._settle(slot, event, kind, index, part.get(field))
         _set_part(slot.item, "content", index, part)
-        slot.bufs.pop((kind, index), None)
 
     def _on_summary_part(self, event: JSON) -> None:
         slot = self._slot_for(event, "summary")
@@ -602,7 +603,6 @@ class Accumulator:
             return
         self._settle(slot, event, "summary", index, part.get("text"))
         _set_part(slot.item, "summary", index, part)
-        slot.bufs.pop(("summary", index), None)
 
     def _on_annotation(self, event: JSON) -> None:
         slot = self._slot_for(event, "text")
@@ -639,6 +639,9 @@ class Accumulator:
             buf = slot.bufs.get((kind, index))
             if buf is None:
                 slot.bufs[(kind, index)] = [text]
+                # Written at once so the piece's container (a part, a logs output) takes its place in
+                # the order events arrived; later deltas are only joined when a value is needed.
+                PIECES[kind][1](slot.item, index, text)
             else:
                 buf.append(text)
 
@@ -659,15 +662,18 @@ class Accumulator:
         if final is None:
             return
         value = _text_of(final)
-        buf = slot.bufs.get((kind, index))
+        key = (kind, index)
+        buf = slot.bufs.get(key)
         if buf is not None:
             streamed = "".join(buf)
             if streamed != value:
+                source = "earlier done events give" if key in slot.settled else "deltas give"
                 self.discrepancies.append(
-                    f"{slot.label()}: {kind}[{index}] deltas give {_short(streamed)}, "
+                    f"{slot.label()}: {kind}[{index}] {source} {_short(streamed)}, "
                     f"{event['type']} says {_short(value)}"
                 )
-        slot.bufs[(kind, index)] = [value]
+        slot.bufs[key] = [value]
+        slot.settled.add(key)
         PIECES[kind][1](slot.item, index, value)
 
     # ------------------------------------------------------------------ tools
