@@ -283,7 +283,7 @@ json_values = st.recursive(
     max_leaves=8,
 )
 event_types = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), min_size=1, max_size=30
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\r\n"), min_size=1, max_size=30
 )
 events = st.builds(
     lambda kind, extra: {"type": kind, **extra},

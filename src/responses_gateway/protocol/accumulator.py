@@ -300,7 +300,6 @@ class Accumulator:
         self.discrepancies: list[str] = []
         self.ended = False
         self.event_count = 0
-        self._handlers: dict[str, Callable[[JSON], None]] = self._dispatch_table()
 
     # ------------------------------------------------------------------ feeding
     def feed(self, event: JSON) -> None:
@@ -310,11 +309,11 @@ class Accumulator:
         if self.terminal is not None and kind != "ping":
             self.discrepancies.append(f"event {kind!r} after the terminal {self.terminal.get('type')!r}")
             return
-        handler = self._handlers.get(kind) if isinstance(kind, str) else None
+        handler = HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
             self.unknown_events.append(event)
             return
-        handler(event)
+        handler(self, event)
 
     def feed_all(self, events: Iterable[JSON]) -> Accumulator:
         """Feed many events; returns self so calls chain."""
@@ -365,39 +364,6 @@ class Accumulator:
             for slot in (self._slots[i] for i in sorted(self._slots))
         ]
         return resp
-
-    # ------------------------------------------------------------------ dispatch
-    def _dispatch_table(self) -> dict[str, Callable[[JSON], None]]:
-        table: dict[str, Callable[[JSON], None]] = {
-            "response.output_item.added": self._on_item_added,
-            "response.output_item.done": self._on_item_done,
-            "response.content_part.added": self._on_content_part,
-            "response.content_part.done": self._on_content_part_done,
-            "response.reasoning_summary_part.added": self._on_summary_part,
-            "response.reasoning_summary_part.done": self._on_summary_part_done,
-            "response.output_text.annotation.added": self._on_annotation,
-            "response.output_text_annotation.added": self._on_annotation,
-            "response.image_generation_call.partial_image": self._on_partial_image,
-            "response.code_interpreter.output_image.delta": self._on_output_image,
-            "response.shell_call_command.added": self._on_command_added,
-            "response.shell_call_output_content.delta": self._on_shell_output_delta,
-            "response.shell_call_output_content.done": self._on_shell_output_done,
-            "error": self._on_error,
-            "ping": _ignore,
-            "keepalive": _ignore,
-        }
-        for name in LIFECYCLE_EVENTS:
-            table[name] = self._on_lifecycle
-        for name in TERMINAL_EVENTS:
-            table[name] = self._on_terminal
-        for name, (kind, index_field) in DELTA_EVENTS.items():
-            table[name] = self._delta_handler(kind, index_field)
-        for name, (kind, index_field, value_field) in DONE_EVENTS.items():
-            table[name] = self._done_handler(kind, index_field, value_field)
-        for family in TOOL_FAMILIES:
-            for phase in TOOL_PHASES:
-                table[f"response.{family}.{phase}"] = self._on_tool_phase
-        return table
 
     # ------------------------------------------------------------------ lifecycle
     def _check_response_id(self, event: JSON, resp: JSON) -> None:
@@ -625,37 +591,30 @@ class Accumulator:
             annotations.append(annotation)
 
     # ------------------------------------------------------------------ streamed pieces
-    def _delta_handler(self, kind: str, index_field: str | None) -> Callable[[JSON], None]:
-        def handle(event: JSON) -> None:
-            slot = self._slot_for(event, kind)
-            index = event.get(index_field, 0) if index_field else 0
-            delta = event.get("delta")
-            if kind == "arguments" and isinstance(delta, dict) and "text" not in delta:
-                # Spec MCP dialect: argument deltas are partial objects to merge.
-                merged = slot.merged_args = {**(slot.merged_args or {}), **delta}
-                slot.bufs[(kind, index)] = [orjson.dumps(merged).decode()]
-                return
-            text = delta if isinstance(delta, str) else _text_of(delta)
-            buf = slot.bufs.get((kind, index))
-            if buf is None:
-                slot.bufs[(kind, index)] = [text]
-                # Written at once so the piece's container (a part, a logs output) takes its place in
-                # the order events arrived; later deltas are only joined when a value is needed.
-                PIECES[kind][1](slot.item, index, text)
-            else:
-                buf.append(text)
+    def _on_delta(self, event: JSON, kind: str, index_field: str | None) -> None:
+        slot = self._slot_for(event, kind)
+        index = event.get(index_field, 0) if index_field else 0
+        delta = event.get("delta")
+        if kind == "arguments" and isinstance(delta, dict) and "text" not in delta:
+            # Spec MCP dialect: argument deltas are partial objects to merge.
+            merged = slot.merged_args = {**(slot.merged_args or {}), **delta}
+            slot.bufs[(kind, index)] = [orjson.dumps(merged).decode()]
+            return
+        text = delta if isinstance(delta, str) else _text_of(delta)
+        buf = slot.bufs.get((kind, index))
+        if buf is None:
+            slot.bufs[(kind, index)] = [text]
+            # Written at once so the piece's container (a part, a logs output) takes its place in the
+            # order events arrived; later deltas are only joined when a value is needed.
+            PIECES[kind][1](slot.item, index, text)
+        else:
+            buf.append(text)
 
-        return handle
-
-    def _done_handler(self, kind: str, index_field: str | None, value_field: str) -> Callable[[JSON], None]:
-        def handle(event: JSON) -> None:
-            slot = self._slot_for(event, kind)
-            index = event.get(index_field, 0) if index_field else 0
-            if not isinstance(index, int):
-                return
+    def _on_piece_done(self, event: JSON, kind: str, index_field: str | None, value_field: str) -> None:
+        slot = self._slot_for(event, kind)
+        index = event.get(index_field, 0) if index_field else 0
+        if isinstance(index, int):
             self._settle(slot, event, kind, index, event.get(value_field))
-
-        return handle
 
     def _settle(self, slot: _Slot, event: JSON, kind: str, index: int, final: Any) -> None:
         """A piece's final value arrived: check it against the deltas, then keep it."""
@@ -760,8 +719,62 @@ def _error_object(event: JSON) -> JSON:
     return {"code": source.get("code"), "message": source.get("message")}
 
 
-def _ignore(event: JSON) -> None:
+def _ignore(acc: Accumulator, event: JSON) -> None:
     """Events that carry nothing to accumulate (keepalives)."""
+
+
+Handler = Callable[[Accumulator, JSON], None]
+
+
+def _delta_handler(kind: str, index_field: str | None) -> Handler:
+    def handle(acc: Accumulator, event: JSON) -> None:
+        acc._on_delta(event, kind, index_field)
+
+    return handle
+
+
+def _done_handler(kind: str, index_field: str | None, value_field: str) -> Handler:
+    def handle(acc: Accumulator, event: JSON) -> None:
+        acc._on_piece_done(event, kind, index_field, value_field)
+
+    return handle
+
+
+def _handlers() -> dict[str, Handler]:
+    table: dict[str, Handler] = {
+        "response.output_item.added": Accumulator._on_item_added,
+        "response.output_item.done": Accumulator._on_item_done,
+        "response.content_part.added": Accumulator._on_content_part,
+        "response.content_part.done": Accumulator._on_content_part_done,
+        "response.reasoning_summary_part.added": Accumulator._on_summary_part,
+        "response.reasoning_summary_part.done": Accumulator._on_summary_part_done,
+        "response.output_text.annotation.added": Accumulator._on_annotation,
+        "response.output_text_annotation.added": Accumulator._on_annotation,
+        "response.image_generation_call.partial_image": Accumulator._on_partial_image,
+        "response.code_interpreter.output_image.delta": Accumulator._on_output_image,
+        "response.shell_call_command.added": Accumulator._on_command_added,
+        "response.shell_call_output_content.delta": Accumulator._on_shell_output_delta,
+        "response.shell_call_output_content.done": Accumulator._on_shell_output_done,
+        "error": Accumulator._on_error,
+        "ping": _ignore,
+        "keepalive": _ignore,
+    }
+    for name in LIFECYCLE_EVENTS:
+        table[name] = Accumulator._on_lifecycle
+    for name in TERMINAL_EVENTS:
+        table[name] = Accumulator._on_terminal
+    for name, (kind, index_field) in DELTA_EVENTS.items():
+        table[name] = _delta_handler(kind, index_field)
+    for name, (kind, index_field, value_field) in DONE_EVENTS.items():
+        table[name] = _done_handler(kind, index_field, value_field)
+    for family in TOOL_FAMILIES:
+        for phase in TOOL_PHASES:
+            table[f"response.{family}.{phase}"] = Accumulator._on_tool_phase
+    return table
+
+
+# Event type -> handler: the whole event vocabulary the accumulator understands, in one table.
+HANDLERS: dict[str, Handler] = _handlers()
 
 
 def accumulate(events: Iterable[JSON], *, ended: bool = True) -> Accumulator:
