@@ -300,3 +300,14 @@ def test_roundtrip_random_events_random_splits(evs: list[dict[str, Any]], cuts: 
     assert [m.event for m in messages] == [e["type"] for e in evs]
     assert decode_events(messages) == evs
     assert [orjson.loads(m.data) for m in messages] == evs
+
+
+def test_long_line_in_many_chunks() -> None:
+    # A multi-megabyte payload (an image result) arrives in small chunks; pieces are joined once.
+    payload = orjson.dumps({"type": "response.completed", "result": "A" * 2_000_000})
+    wire = b"event: response.completed\r\ndata: " + payload + b"\r\n\r\n"
+    decoder = EventStreamDecoder()
+    events: list[dict[str, Any]] = []
+    for pos in range(0, len(wire), 1000):
+        events += decoder.feed(wire[pos : pos + 1000])
+    assert events == [orjson.loads(payload)]

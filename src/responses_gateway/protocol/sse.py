@@ -86,13 +86,13 @@ class SSEDecoder:
 
     __slots__ = (
         "_bom_checked",
-        "_buf",
         "_comments",
         "_data",
         "_event",
         "_has_fields",
         "_retry",
         "_skip_lf",
+        "_tail",
         "last_event_id",
         "retry",
         "truncated",
@@ -100,7 +100,8 @@ class SSEDecoder:
 
     def __init__(self, comments: bool = False) -> None:
         self._comments = comments
-        self._buf = b""
+        # Pieces of the current, not yet terminated line.
+        self._tail: list[bytes] = []
         self._bom_checked = False
         # A chunk ended in CR: the line is complete, but an LF starting the next chunk belongs to it.
         self._skip_lf = False
@@ -123,22 +124,32 @@ class SSEDecoder:
                 data = data[1:]
                 if not data:
                     return []
-        buf = self._buf + data if self._buf else data
         if not self._bom_checked:
-            if len(buf) < 3 and _BOM.startswith(buf):
-                self._buf = buf
+            data = b"".join(self._tail) + data
+            self._tail = []
+            if len(data) < 3 and _BOM.startswith(data):
+                self._tail.append(data)
                 return []
             self._bom_checked = True
-            if buf.startswith(_BOM):
-                buf = buf[3:]
+            if data.startswith(_BOM):
+                data = data[3:]
+        if b"\n" not in data and b"\r" not in data:
+            # Still inside one line (a long JSON payload arriving in many chunks): keep the pieces and
+            # join once, so a multi-megabyte line costs linear time, not quadratic.
+            self._tail.append(data)
+            return []
+        if self._tail:
+            self._tail.append(data)
+            buf = b"".join(self._tail)
+        else:
+            buf = data
         if b"\r" in buf:
             if buf[-1] == 0x0D:
                 self._skip_lf = True
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
-        self._buf = lines.pop()
-        if not lines:
-            return []
+        last = lines.pop()
+        self._tail = [last] if last else []
         return self._lines(lines)
 
     def flush(self, dispatch_incomplete: bool = False) -> list[SSEMessage]:
@@ -148,8 +159,8 @@ class SSEDecoder:
         ``dispatch_incomplete=True`` dispatches them anyway, as lenient clients do. Either way
         :attr:`truncated` records that they were there. The decoder is then ready for a new stream.
         """
-        buf = self._buf
-        self._buf = b""
+        buf = b"".join(self._tail)
+        self._tail = []
         self._skip_lf = False
         out: list[SSEMessage] = []
         if not self._bom_checked:
