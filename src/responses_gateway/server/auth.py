@@ -1,0 +1,54 @@
+"""Optional bearer-key check. Keys are compared in constant time and never logged."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+
+from .errors import HTTPError
+
+__all__ = ["APIKeyAuth"]
+
+_CHALLENGE = [(b"www-authenticate", b"Bearer")]
+
+
+class APIKeyAuth:
+    """Accepts a request when no keys are configured or its ``Authorization: Bearer`` key matches one."""
+
+    __slots__ = ("_digests",)
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        # Compare fixed-length digests so neither the key length nor its prefix leaks through timing.
+        self._digests = tuple(hashlib.sha256(k.encode()).digest() for k in keys if k)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._digests)
+
+    def check(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """Raise HTTPError(401) unless the request carries a configured key."""
+        if not self._digests:
+            return
+        value = b""
+        for name, header in headers:
+            if name.lower() == b"authorization":
+                value = header
+                break
+        scheme, _, token = value.strip().partition(b" ")
+        token = token.strip()
+        if scheme.lower() != b"bearer" or not token:
+            raise HTTPError(
+                401,
+                "You didn't provide an API key. Provide it in an Authorization header using Bearer auth "
+                "(i.e. Authorization: Bearer YOUR_KEY).",
+                code="invalid_api_key",
+                headers=_CHALLENGE,
+            )
+        digest = hashlib.sha256(token).digest()
+        matched = False
+        for known in self._digests:
+            # No early exit: every configured key is compared.
+            matched |= hmac.compare_digest(digest, known)
+        if not matched:
+            raise HTTPError(401, "Incorrect API key provided.", code="invalid_api_key", headers=_CHALLENGE)

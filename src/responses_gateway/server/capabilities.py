@@ -1,0 +1,44 @@
+"""What a back end cannot honour is refused at the edge (400 naming the param), never silently dropped."""
+
+from __future__ import annotations
+
+from ..protocol.request import RequestError, ResponseRequest
+from ..providers.base import Capabilities
+
+__all__ = ["check_capabilities"]
+
+
+def _unsupported(param: str, what: str | None = None) -> RequestError:
+    subject = f"'{param}'" if what is None else f"'{param}' ({what})"
+    return RequestError(f"Unsupported parameter: {subject} is not supported with this model.", param=param)
+
+
+def check_capabilities(request: ResponseRequest, caps: Capabilities) -> None:
+    """Raise RequestError for the first request feature ``caps`` does not cover."""
+    if request.stream and not caps.streaming:
+        raise _unsupported("stream")
+    if request.tools and not caps.tools:
+        raise _unsupported("tools")
+    for i, tool in enumerate(request.tools):
+        if tool["type"] not in caps.tool_types:
+            raise _unsupported(f"tools[{i}].type", tool["type"])
+    if (isinstance(request.tool_choice, dict) or request.tool_choice == "required") and not caps.tools:
+        raise _unsupported("tool_choice")
+    reasoning = request.reasoning or {}
+    if not caps.reasoning:
+        # ``reasoning: {}`` and explicit nulls ask for nothing; an effort or a summary does.
+        for key in ("effort", "summary"):
+            if reasoning.get(key) is not None:
+                raise _unsupported(f"reasoning.{key}")
+    fmt = request.text.get("format", {}).get("type", "text")
+    if fmt != "text" and not caps.structured_output:
+        raise _unsupported("text.format", fmt)
+    if not caps.images:
+        for i, item in enumerate(request.input):
+            content = item.get("content") if item.get("type") == "message" else item.get("output")
+            if not isinstance(content, list):
+                continue
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") in ("input_image", "input_file"):
+                    field = "content" if item.get("type") == "message" else "output"
+                    raise _unsupported(f"input[{i}].{field}[{j}]", part["type"])

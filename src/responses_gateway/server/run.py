@@ -1,0 +1,143 @@
+"""``responses-gateway serve``: command-line options and running the app on uvicorn (uvloop + httptools)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from ..providers.scripted import ScriptedProvider, ScriptError
+from .app import GatewayApp
+from .config import DEFAULT_MAX_BODY_BYTES, ServerConfig
+from .registry import LOCAL_MODEL, ModelRegistry, default_registry
+
+__all__ = ["add_serve_arguments", "build_app", "serve"]
+
+log = logging.getLogger("responses_gateway.server")
+
+API_KEYS_ENV = "RG_API_KEYS"
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``serve`` options to ``parser``."""
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    parser.add_argument(
+        "--model-path",
+        default=None,
+        help=f"a GGUF file for the embedded model {LOCAL_MODEL} (default: bundled)",
+    )
+    parser.add_argument(
+        "--no-local", action="store_true", help=f"do not serve the embedded model {LOCAL_MODEL}"
+    )
+    parser.add_argument(
+        "--preload", action="store_true", help="load models at start-up instead of on first request"
+    )
+    parser.add_argument(
+        "--script",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="serve a scripted model from a YAML/JSON script (repeatable; model name from the file's "
+        "'model' key, else the file name)",
+    )
+    parser.add_argument(
+        "--keepalive",
+        choices=("in_progress", "ping", "comment", "off"),
+        default="in_progress",
+        help="what to send while the model is silent (default in_progress: resets every client's idle timer)",
+    )
+    parser.add_argument(
+        "--keepalive-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds of silence before a keepalive (default 10)",
+    )
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"require this Bearer key (repeatable; also {API_KEYS_ENV}, comma-separated)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help=f"largest accepted request body (default {DEFAULT_MAX_BODY_BYTES})",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
+    parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
+
+
+def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    keys = list(args.api_key)
+    keys += [k.strip() for k in os.environ.get(API_KEYS_ENV, "").split(",")]
+    return tuple(dict.fromkeys(k for k in keys if k))
+
+
+def build_registry(args: argparse.Namespace) -> ModelRegistry:
+    """The models ``serve`` offers: the embedded one (unless --no-local) plus each --script."""
+    registry = default_registry(local=not args.no_local, model_path=args.model_path)
+    for path in args.script:
+        registry.add(ScriptedProvider.from_file(path))
+    return registry
+
+
+def build_app(args: argparse.Namespace) -> GatewayApp:
+    """The ASGI app for parsed ``serve`` options."""
+    config = ServerConfig(
+        keepalive=args.keepalive,
+        keepalive_interval=args.keepalive_interval,
+        api_keys=_api_keys(args),
+        max_body_bytes=args.max_body_bytes,
+    )
+    return GatewayApp(build_registry(args), config, preload=args.preload)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the gateway until interrupted; the exit status."""
+    import uvicorn
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        app = build_app(args)
+    except (ScriptError, OSError, ValueError) as exc:
+        sys.stderr.write(f"responses-gateway serve: {exc}\n")
+        return 2
+    names = app.registry.names()
+    if not names:
+        sys.stderr.write("responses-gateway serve: no models to serve (--no-local and no --script)\n")
+        return 2
+    log.info(
+        "serving %s on http://%s:%d/v1 (keepalive %s every %gs, api keys %s)",
+        ", ".join(names),
+        args.host,
+        args.port,
+        args.keepalive,
+        args.keepalive_interval,
+        "required" if app.config.api_keys else "off",
+    )
+    if not args.preload and not args.no_local:
+        log.info(
+            "the embedded model %s loads on its first request (use --preload to load it now)", LOCAL_MODEL
+        )
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=args.access_log,
+        log_level=args.log_level,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 1

@@ -1,0 +1,144 @@
+"""Shared fixtures: a real gateway on a free 127.0.0.1 port, and the stream assertion every server test uses.
+
+``gateway(registry_or_providers, **server_config)`` starts uvicorn (uvloop + httptools, as ``serve``
+runs it) in a background thread and returns a :class:`Gateway` with ``base_url`` (``…/v1``, for SDKs)
+and ``url(path)``; every server started is stopped at teardown. ``assert_valid_stream(events)`` runs
+``protocol.checker.check`` in both profiles and fails with the violations listed.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from responses_gateway.protocol.checker import check
+from responses_gateway.protocol.sse import EventStreamDecoder
+from responses_gateway.providers.base import Provider
+from responses_gateway.server.app import GatewayApp
+from responses_gateway.server.config import ServerConfig
+from responses_gateway.server.registry import ModelRegistry
+
+
+@dataclass
+class Gateway:
+    """A running gateway."""
+
+    app: GatewayApp
+    server: uvicorn.Server
+    thread: threading.Thread
+    port: int
+
+    @property
+    def registry(self) -> ModelRegistry:
+        return self.app.registry
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.origin}/v1"
+
+    def url(self, path: str) -> str:
+        return f"{self.origin}{path}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_gateway(
+    models: ModelRegistry | Iterable[Provider], *, preload: bool = False, **config: Any
+) -> Gateway:
+    """Start a gateway serving ``models`` (a registry, or providers registered under their names)."""
+    if isinstance(models, ModelRegistry):
+        registry = models
+    else:
+        registry = ModelRegistry()
+        for provider in models:
+            registry.add(provider)
+    app = GatewayApp(registry, ServerConfig(**config), preload=preload)
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, name=f"gateway-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the gateway did not start")
+        time.sleep(0.01)
+    return Gateway(app, server, thread, port)
+
+
+@pytest.fixture
+def gateway() -> Iterator[Callable[..., Gateway]]:
+    """A factory: ``gateway([ScriptedProvider(...)], keepalive="ping")`` -> a running Gateway."""
+    started: list[Gateway] = []
+
+    def factory(models: ModelRegistry | Iterable[Provider], **kwargs: Any) -> Gateway:
+        gw = start_gateway(models, **kwargs)
+        started.append(gw)
+        return gw
+
+    yield factory
+    for gw in started:
+        gw.stop()
+
+
+def decode_sse(body: bytes) -> list[dict[str, Any]]:
+    """The events of a complete SSE body."""
+    decoder = EventStreamDecoder()
+    return decoder.feed(body) + decoder.flush()
+
+
+def stream_events(
+    url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """POST ``body`` (stream: true) and return the decoded events, asserting SSE framing headers."""
+    with httpx.Client(timeout=30) as client:
+        response = client.post(url, json=body, headers=headers)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-cache"
+        return decode_sse(response.content)
+
+
+def _assert_valid_stream(events: list[dict[str, Any]], *, strict: bool = True) -> None:
+    # The strict Open Responses profile knows only core items and ``response.reasoning.*`` raw
+    # reasoning; streams with extension items (custom tool calls, reasoning_text) pass strict=False.
+    for profile in ("openai", "strict-spec") if strict else ("openai",):
+        violations = check(events, profile=profile)
+        assert not violations, f"{profile}: " + "\n".join(str(v) for v in violations)
+
+
+@pytest.fixture
+def assert_valid_stream() -> Callable[..., None]:
+    """``assert_valid_stream(events, strict=True)``: the stream passes protocol.checker."""
+    return _assert_valid_stream
