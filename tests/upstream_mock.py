@@ -34,6 +34,7 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "UpstreamMock",
+    "drive",
     "encode_chunks",
     "error_reply",
     "fixture_reply",
@@ -227,7 +228,7 @@ class UpstreamMock:
         try:
             for piece in reply.pieces():
                 await resp.write(piece)
-                if reply.split and reply.delay:
+                if reply.split:
                     await asyncio.sleep(reply.delay)
             if reply.stall_after is not None:
                 while request.transport is not None and not request.transport.is_closing():
@@ -281,3 +282,28 @@ class UpstreamMock:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def drive(provider: Any, request: Any, *, close: bool = True) -> list[dict[str, Any]]:
+    """Run ``provider`` for ``request`` as the server does and return every event it produced.
+
+    ``request`` is a ResponseRequest or a request body (parsed with ``parse_request``). A ProviderError
+    raised before the first yield propagates, as the server would turn it into a plain HTTP error.
+    With ``close`` the provider is closed afterwards (its connection pool belongs to this loop).
+    """
+    from responses_gateway.protocol.builder import StreamBuilder
+    from responses_gateway.protocol.request import ResponseRequest, parse_request
+    from responses_gateway.protocol.response import new_response
+
+    req = request if isinstance(request, ResponseRequest) else parse_request(request)
+    builder = StreamBuilder(new_response(req.model, **req.echo()))
+    builder.start()
+    events = builder.take()
+    try:
+        async for _ in provider.stream(req, builder):
+            events.extend(builder.take())
+    finally:
+        if close:
+            await provider.aclose()
+    events.extend(builder.take())
+    return events
