@@ -170,6 +170,9 @@ def _model_params(extra_buffers: bool) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------- jobs
+_NEG_INF = float("-inf")
+
+
 @dataclass(slots=True)
 class _End:
     reason: str  # "stop" | "length" | "cancelled" | "error"
@@ -181,9 +184,9 @@ class _End:
 class _Job:
     prompt: list[int]
     max_tokens: int
-    constrained: Any  # llama_sampler_p for the first tokens (None: use ``free``)
-    free: Any  # llama_sampler_p once the answer is known to be free text (None: keep ``constrained``)
-    # Auto mode: switch from ``constrained`` to ``free`` once the text diverges from the call marker.
+    free: Any  # llama_sampler_p: the sampling chain without a grammar
+    constrained: Any  # llama_sampler_p: the grammar (at index 0) then the same chain; None: free text
+    # Auto mode: stop checking the grammar once the text diverges from the call marker.
     switch_on_text: bool
     post: Callable[[str | _End], None]
     stop: threading.Event = field(default_factory=threading.Event)
@@ -211,6 +214,7 @@ class LocalProvider(Provider):
         n_threads: int = 2,
         n_batch: int = 256,
         max_queue: int = 8,
+        max_parallel_calls: int = 4,
         top_k: int = DEFAULT_TOP_K,
         seed: int | None = None,
         extra_buffers: bool = False,
@@ -221,6 +225,7 @@ class LocalProvider(Provider):
         self.n_threads = n_threads
         self.n_batch = n_batch
         self.max_queue = max_queue
+        self.max_parallel_calls = max_parallel_calls
         self.top_k = top_k
         self.seed = seed
         self.extra_buffers = extra_buffers
@@ -376,9 +381,10 @@ class LocalProvider(Provider):
             schema = {"type": "object"}
         if mode == "none":
             tools = []
-        max_calls = None if request.parallel_tool_calls else 1
+        # A small model given the chance keeps adding calls; bound them (max_tool_calls, if smaller).
+        max_calls = self.max_parallel_calls if request.parallel_tool_calls else 1
         if request.max_tool_calls is not None:
-            max_calls = min(max_calls or request.max_tool_calls, request.max_tool_calls)
+            max_calls = min(max_calls, request.max_tool_calls)
         spec = GrammarSpec(
             tools=tuple(tools), text_schema=schema, allow_text=mode != "required", max_calls=max_calls
         )
@@ -427,6 +433,12 @@ class LocalProvider(Provider):
                 )
             self._active += 1
 
+    def _release(self, elapsed: float | None = None) -> None:
+        with self._admit_lock:
+            self._active -= 1
+            if elapsed is not None:
+                self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * elapsed
+
     def _run(self, job: _Job) -> None:
         """Worker thread: evaluate the prompt, then sample, post and evaluate token by token."""
         from llama_cpp import llama_cpp as capi
@@ -442,7 +454,16 @@ class LocalProvider(Provider):
             ctx = llm._ctx.ctx
             vocab = self._vocab
             decoder = Utf8Pieces()
-            chain = job.constrained if job.constrained is not None else job.free
+            free = job.free
+            constrained = job.constrained
+            grammar = capi.llama_sampler_chain_get(constrained, 0) if constrained is not None else None
+            # Checking one proposed token against the grammar costs microseconds; applying the
+            # grammar to all 262k candidates costs tens of milliseconds. So, as llama.cpp's own
+            # sampler does: sample freely, and only when the grammar rejects that token sample again
+            # with the grammar applied to every candidate.
+            one = capi.llama_token_data()
+            candidates = capi.llama_token_data_array(ctypes.pointer(one), 1, -1, False)
+            candidates_p = ctypes.byref(candidates)
             deciding = job.switch_on_text
             head = ""
             stop = job.stop
@@ -452,7 +473,15 @@ class LocalProvider(Provider):
                 if stop.is_set():
                     reason = "cancelled"
                     break
-                token = capi.llama_sampler_sample(chain, ctx, -1)
+                token = capi.llama_sampler_sample(free, ctx, -1)
+                if grammar is not None:
+                    one.id, one.logit, one.p = token, 1.0, 0.0
+                    candidates.size, candidates.selected = 1, -1
+                    capi.llama_sampler_apply(grammar, candidates_p)
+                    if one.logit == _NEG_INF:
+                        token = capi.llama_sampler_sample(constrained, ctx, -1)
+                    else:
+                        capi.llama_sampler_accept(grammar, token)
                 if capi.llama_vocab_is_eog(vocab, token):
                     break
                 n += 1
@@ -462,9 +491,8 @@ class LocalProvider(Provider):
                 if deciding and text:
                     head += text
                     if not CALL_OPEN.startswith(head[: len(CALL_OPEN)]):
-                        # A plain-text answer: the grammar no longer constrains anything, so drop its
-                        # per-token cost.
-                        chain, deciding = job.free, False
+                        # A plain-text answer: the grammar no longer constrains anything.
+                        grammar, deciding = None, False
                     elif len(head) >= len(CALL_OPEN):
                         deciding = False
                 if n >= job.max_tokens:
@@ -481,10 +509,7 @@ class LocalProvider(Provider):
             for chain_ptr in (job.constrained, job.free):
                 if chain_ptr is not None:
                     capi.llama_sampler_free(chain_ptr)
-            with self._admit_lock:
-                self._active -= 1
-                elapsed = time.monotonic() - started
-                self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * elapsed
+            self._release(time.monotonic() - started)
 
     def _eval_prompt(self, prompt: list[int]) -> None:
         """Evaluate ``prompt``, reusing the KV cache for the prefix it shares with the last sequence."""
@@ -524,6 +549,8 @@ class LocalProvider(Provider):
         max_tokens = min(request.max_output_tokens or room, room)
         temperature = 1.0 if request.temperature is None else request.temperature
         top_p = 1.0 if request.top_p is None else request.top_p
+        from llama_cpp import llama_cpp as capi
+
         self._admit()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[str | _End] = asyncio.Queue()
@@ -535,19 +562,22 @@ class LocalProvider(Provider):
                 job.stop.set()
 
         try:
-            constrained = self._sampler(grammar, temperature, top_p) if grammar is not None else None
-            free_needed = grammar is None or (spec.allow_text and spec.text_schema is None)
-            free = self._sampler(None, temperature, top_p) if free_needed else None
+            free = self._sampler(None, temperature, top_p)
         except BaseException:
-            with self._admit_lock:
-                self._active -= 1
+            self._release()
+            raise
+        try:
+            constrained = self._sampler(grammar, temperature, top_p) if grammar is not None else None
+        except BaseException:
+            capi.llama_sampler_free(free)
+            self._release()
             raise
         job = _Job(
             prompt=prompt,
             max_tokens=max_tokens,
             constrained=constrained,
             free=free,
-            switch_on_text=constrained is not None and free is not None,
+            switch_on_text=constrained is not None and spec.allow_text and spec.text_schema is None,
             post=post,
         )
         self._executor.submit(self._run, job)
