@@ -124,7 +124,7 @@ class _Relay:
     def _fire(self) -> None:
         now = self._loop.time()
         due = self.last + self._interval
-        if now < due or self._sending or self._keepalive is not None:
+        if now < due or self._sending or (self._keepalive is not None and not self._keepalive.done()):
             # Something was sent since this timer was set (or is being sent): wait out the new silence.
             self._timer = self._loop.call_at(max(due, now + self._interval / 8), self._fire)
             return
@@ -148,10 +148,15 @@ class _Relay:
         finally:
             self._sending = False
 
-    def stop(self) -> None:
+    def stop_timer(self) -> None:
+        """No more keepalives; one already on its way still goes out (its sequence number is taken)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def abort(self) -> None:
+        """Stop everything (the stream is over or the client is gone)."""
+        self.stop_timer()
         if self._keepalive is not None:
             self._keepalive.cancel()
             self._keepalive = None
@@ -181,42 +186,53 @@ async def respond_stream(
     watch = ClientWatch(receive)
     relay = _Relay(send, builder, keepalive, keepalive_interval)
     agen = provider.stream(request, builder)
-    started = False
+    started = ended = False
+
+    async def end(body: bytes) -> None:
+        # The terminal event goes out in the last body message. Past this point a disconnect changes
+        # nothing, and once the body is complete uvicorn's receive() reports a disconnect that must
+        # not cancel this task: stop watching first.
+        nonlocal ended
+        ended = True
+        relay.stop_timer()
+        watch.close()
+        if not started:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await relay.send(body, more=False)
+
+    name = type(provider).__name__
     try:
         try:
             async for _ in agen:
                 events = builder.take()
-                if not events:
+                if not events or ended:
                     continue
-                if started:
+                if builder.finished:
+                    # Keep iterating (without sending) so the provider runs to its natural end.
+                    await end(_encode(events))
+                elif started:
                     await relay.send(_encode(events))
                 else:
                     started = True
                     await relay.start(_encode(events))
         except ProviderError as exc:
-            if not started:
+            if not started and not ended:
                 raise HTTPError.from_provider_error(exc) from None
-            log.warning("provider %s failed mid-stream: %s", type(provider).__name__, exc.code)
+            log.warning("provider %s failed mid-stream: %s", name, exc.code)
             _fail(builder, exc.code or "server_error", exc.message, exc.param)
         except (asyncio.CancelledError, HTTPError):
             raise
         except Exception:
-            if not started:
+            if not started and not ended:
                 raise _internal(provider) from None
-            log.exception("provider %s raised mid-stream", type(provider).__name__)
+            log.exception("provider %s raised mid-stream", name)
             _fail(builder, "server_error", GENERIC_FAILURE)
         else:
             if not builder.finished:
-                log.error("provider %s returned without finishing the response", type(provider).__name__)
+                log.error("provider %s returned without finishing the response", name)
                 _fail(builder, "server_error", UNFINISHED)
-        relay.stop()
-        tail = _encode(builder.take())
-        # Past this point a disconnect changes nothing; and once the body is complete uvicorn's
-        # receive() reports a disconnect, which must not cancel this task.
-        watch.close()
-        if not started:
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await relay.send(tail, more=False)
+        if not ended:
+            await end(_encode(builder.take()))
     except asyncio.CancelledError:
         if not watch.gone:
             raise
@@ -224,9 +240,9 @@ async def respond_stream(
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
-        log.info("client disconnected; stopped %s", type(provider).__name__)
+        log.info("client disconnected; stopped %s", name)
     finally:
-        relay.stop()
+        relay.abort()
         watch.close()
         await _close(agen)
 
