@@ -1,0 +1,74 @@
+"""Persistence behind one interface: SQLite (embedded default) or PostgreSQL, optional Redis fan-out.
+
+``open_store("sqlite:///data/gateway.db")`` or ``open_store("postgresql://…", redis_url="redis://…")``
+returns a started :class:`Store`. See docs/store.md for the schema and the multi-instance design.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .db import Database, PostgresDatabase, SqliteDatabase
+from .errors import (
+    ConversationNotFound,
+    ItemNotFound,
+    ItemReferenceNotFound,
+    NotFound,
+    PreviousResponseNotFound,
+    ResponseNotFound,
+    StoreError,
+)
+from .live import LiveLog, LocalLiveLog, RedisLiveLog
+from .store import RUNNING, TERMINAL, TERMINAL_EVENTS, EventRecorder, Store, apply_include
+
+__all__ = [
+    "RUNNING",
+    "TERMINAL",
+    "TERMINAL_EVENTS",
+    "ConversationNotFound",
+    "Database",
+    "EventRecorder",
+    "ItemNotFound",
+    "ItemReferenceNotFound",
+    "LiveLog",
+    "LocalLiveLog",
+    "NotFound",
+    "PostgresDatabase",
+    "PreviousResponseNotFound",
+    "RedisLiveLog",
+    "ResponseNotFound",
+    "SqliteDatabase",
+    "Store",
+    "StoreError",
+    "apply_include",
+    "database_for_url",
+    "default_store_url",
+    "open_store",
+]
+
+
+def default_store_url(data_dir: str | Path) -> str:
+    """The embedded default: ``sqlite:///<data_dir>/gateway.db``."""
+    return f"sqlite:///{Path(data_dir).resolve() / 'gateway.db'}"
+
+
+def database_for_url(url: str) -> Database:
+    """``sqlite:///abs/path.db`` (``sqlite://rel/path.db`` is relative), ``sqlite://:memory:``, ``postgresql://…``."""
+    if url.startswith("sqlite://"):
+        # The path is taken literally after the scheme, so the common sqlite:///var/lib/x.db is absolute.
+        path = url[len("sqlite://") :]
+        if not path:
+            raise ValueError(f"store URL {url!r}: expected sqlite:///path/to/file.db")
+        return SqliteDatabase(":memory:" if path in (":memory:", "/:memory:") else path)
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresDatabase(url)
+    raise ValueError(f"store URL {url!r}: must start with sqlite:// or postgresql://")
+
+
+async def open_store(url: str, *, redis_url: str | None = None, **options: Any) -> Store:
+    """A started Store for ``url``; ``redis_url`` (``redis://…``) enables cross-instance fan-out."""
+    live: LiveLog = RedisLiveLog(redis_url) if redis_url else LocalLiveLog()
+    store = Store(database_for_url(url), live, **options)
+    await store.start()
+    return store

@@ -1,0 +1,193 @@
+"""The two SQL back ends behind one tiny async interface: transactions of ``?``-placeholder statements.
+
+Everything above this module is written once. SQLite runs on one connection in one dedicated thread
+(the embedded default: a file, WAL, no server); PostgreSQL runs on an asyncpg pool. Values are plain
+``str``/``int``/``float``/``None``; JSON travels as text so both dialects store it the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+
+__all__ = ["Database", "PostgresDatabase", "Row", "SqliteDatabase", "Tx"]
+
+Row = tuple[Any, ...]
+T = TypeVar("T")
+
+
+class Tx(ABC):
+    """One open transaction."""
+
+    @abstractmethod
+    async def execute(self, sql: str, *args: Any) -> int:
+        """Run one statement; the number of rows it changed."""
+
+    @abstractmethod
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per row of arguments."""
+
+    @abstractmethod
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        """Rows of a query."""
+
+    async def fetchone(self, sql: str, *args: Any) -> Row | None:
+        rows = await self.fetch(sql, *args)
+        return rows[0] if rows else None
+
+
+class Database(ABC):
+    """A connection source; ``dialect`` is ``sqlite`` or ``postgresql``."""
+
+    dialect: str
+    # Appended to a SELECT that must lock the rows it reads until commit (SQLite locks the whole file).
+    for_update: str = ""
+
+    @abstractmethod
+    def transaction(self) -> Any:
+        """``async with db.transaction() as tx``: commit on success, roll back on an exception."""
+
+    @abstractmethod
+    async def open(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------ SQLite
+class _SqliteTx(Tx):
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        return int(await self._db.call(lambda c: c.execute(sql, args).rowcount))
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._db.call(lambda c: c.executemany(sql, rows))
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        rows: list[Row] = await self._db.call(lambda c: c.execute(sql, args).fetchall())
+        return rows
+
+
+class SqliteDatabase(Database):
+    """A SQLite file in WAL mode, created (with its directory) on first use."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        # One thread owns the connection: sqlite3 objects must not hop threads mid-transaction.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rg-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def call(self, fn: Any) -> Any:
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("the SQLite store is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, conn)
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode is crash-safe for the database; only the last commits can be lost on
+            # power failure, never half of one.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+            return conn
+
+        self._conn = await asyncio.get_running_loop().run_in_executor(self._thread, connect)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.get_running_loop().run_in_executor(self._thread, conn.close)
+        self._thread.shutdown(wait=True)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        async with self._lock:
+            # IMMEDIATE takes the write lock up front, so two processes on one file never deadlock
+            # upgrading read locks.
+            await self.call(lambda c: c.execute("BEGIN IMMEDIATE"))
+            try:
+                yield _SqliteTx(self)
+            except BaseException:
+                await asyncio.shield(self.call(lambda c: c.execute("ROLLBACK")))
+                raise
+            await self.call(lambda c: c.execute("COMMIT"))
+
+
+# ------------------------------------------------------------------------------------------ PostgreSQL
+_PLACEHOLDER = re.compile(r"\?")
+_converted: dict[str, str] = {}
+
+
+def _pg(sql: str) -> str:
+    """``?`` placeholders as ``$1, $2…`` (our SQL never has a literal question mark)."""
+    out = _converted.get(sql)
+    if out is None:
+        counter = iter(range(1, 10_000))
+        out = _PLACEHOLDER.sub(lambda _: f"${next(counter)}", sql)
+        _converted[sql] = out
+    return out
+
+
+class _PgTx(Tx):
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        status: str = await self._conn.execute(_pg(sql), *args)
+        tail = status.rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._conn.executemany(_pg(sql), rows)
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        records = await self._conn.fetch(_pg(sql), *args)
+        return [tuple(r) for r in records]
+
+
+class PostgresDatabase(Database):
+    """A PostgreSQL database reached through an asyncpg pool."""
+
+    dialect = "postgresql"
+    for_update = " FOR UPDATE"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self.url = url
+        self._min = min_size
+        self._max = max_size
+        self._pool: asyncpg.Pool | None = None
+
+    async def open(self) -> None:
+        self._pool = await asyncpg.create_pool(self.url, min_size=self._min, max_size=self._max)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        if self._pool is None:
+            raise RuntimeError("the PostgreSQL store is not open")
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield _PgTx(conn)

@@ -1,0 +1,211 @@
+"""Live events of running responses, and the cancel signal, within one instance or across many.
+
+A live log holds *every* event of a running response from sequence 0, not only those published after
+someone listens: a follower reads the database up to some sequence N and then asks the live log for
+everything after N, so there is no gap between the two and de-duplication is a comparison of
+sequence numbers. :class:`LocalLiveLog` keeps them in memory (one instance); :class:`RedisLiveLog`
+keeps them in a Redis stream per response whose entry ids are ``0-<seq+1>`` (so "after N" is a plain
+XREAD from ``0-<N+1>``), shared by every instance. Cancel requests go through Redis pub/sub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+__all__ = ["LiveLog", "LocalLiveLog", "RedisLiveLog"]
+
+JSON = dict[str, Any]
+CancelHandler = Callable[[str], None]
+
+
+class LiveLog(ABC):
+    """Per-response append-only event log with blocking reads, plus a cancel broadcast."""
+
+    @abstractmethod
+    async def publish(self, response_id: str, events: list[JSON]) -> None:
+        """Append events (in sequence order)."""
+
+    @abstractmethod
+    async def end(self, response_id: str) -> None:
+        """Mark the response finished: readers stop waiting; the log is dropped after a grace period."""
+
+    @abstractmethod
+    async def read(self, response_id: str, after: int, timeout: float) -> tuple[list[JSON], bool]:
+        """Events after sequence ``after`` (waiting up to ``timeout`` for one), and whether it ended."""
+
+    @abstractmethod
+    async def broadcast_cancel(self, response_id: str) -> None:
+        """Tell every instance (this one included) that ``response_id`` should stop."""
+
+    @abstractmethod
+    async def open(self, on_cancel: CancelHandler) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+class _Channel:
+    __slots__ = ("changed", "ended", "events")
+
+    def __init__(self) -> None:
+        self.events: list[JSON] = []
+        self.ended = False
+        self.changed = asyncio.Event()
+
+
+class LocalLiveLog(LiveLog):
+    """In-process live log: a list per running response and an :class:`asyncio.Event` to wake readers."""
+
+    def __init__(self, retain_after_end: float = 30.0) -> None:
+        self._channels: dict[str, _Channel] = {}
+        self._retain = retain_after_end
+        self._on_cancel: CancelHandler = lambda _rid: None
+
+    def _channel(self, response_id: str) -> _Channel:
+        channel = self._channels.get(response_id)
+        if channel is None:
+            channel = self._channels[response_id] = _Channel()
+        return channel
+
+    async def publish(self, response_id: str, events: list[JSON]) -> None:
+        channel = self._channel(response_id)
+        channel.events.extend(events)
+        channel.changed.set()
+        channel.changed = asyncio.Event()
+
+    async def end(self, response_id: str) -> None:
+        channel = self._channel(response_id)
+        channel.ended = True
+        channel.changed.set()
+        # By now the database holds every event; late followers read it from there.
+        asyncio.get_running_loop().call_later(self._retain, self._drop, response_id, channel)
+
+    def _drop(self, response_id: str, channel: _Channel) -> None:
+        if self._channels.get(response_id) is channel:
+            del self._channels[response_id]
+
+    async def read(self, response_id: str, after: int, timeout: float) -> tuple[list[JSON], bool]:
+        channel = self._channels.get(response_id)
+        if channel is None:
+            # Not running here: the caller falls back to the database after this pause.
+            await asyncio.sleep(min(timeout, 0.1))
+            return [], False
+        while True:
+            events = channel.events
+            # Sequence numbers are contiguous from the first event kept, so the start is computed.
+            start = 0 if not events else max(0, after + 1 - int(events[0]["sequence_number"]))
+            if start < len(events) or channel.ended:
+                return events[start:], channel.ended
+            waiter = channel.changed
+            try:
+                await asyncio.wait_for(waiter.wait(), timeout)
+            except TimeoutError:
+                return [], False
+
+    async def broadcast_cancel(self, response_id: str) -> None:
+        self._on_cancel(response_id)
+
+    async def open(self, on_cancel: CancelHandler) -> None:
+        self._on_cancel = on_cancel
+
+    async def close(self) -> None:
+        self._channels.clear()
+
+
+class RedisLiveLog(LiveLog):
+    """Live log in Redis streams (``rg:events:<id>``) with cancel over the ``rg:cancel`` channel."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "rg:",
+        ttl_running: int = 24 * 3600,
+        ttl_after_end: int = 300,
+    ) -> None:
+        self.url = url
+        self._prefix = prefix
+        self._ttl_running = ttl_running
+        self._ttl_after_end = ttl_after_end
+        self._redis: aioredis.Redis | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._cancel_channel = f"{prefix}cancel"
+
+    def _key(self, response_id: str) -> str:
+        return f"{self._prefix}events:{response_id}"
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        if self._redis is None:
+            raise RuntimeError("the Redis live log is not open")
+        return self._redis
+
+    async def publish(self, response_id: str, events: list[JSON]) -> None:
+        if not events:
+            return
+        key = self._key(response_id)
+        # One round trip per batch; the expiry bounds what a crashed instance leaves behind.
+        pipe = self.redis.pipeline(transaction=False)
+        for event in events:
+            pipe.xadd(key, {"e": orjson.dumps(event)}, id=f"0-{int(event['sequence_number']) + 1}")
+        pipe.expire(key, self._ttl_running)
+        await pipe.execute()
+
+    async def end(self, response_id: str) -> None:
+        key = self._key(response_id)
+        pipe = self.redis.pipeline(transaction=False)
+        # An automatic id is a millisecond timestamp, greater than every 0-<n> event id.
+        pipe.xadd(key, {"end": b"1"}, id="*")
+        pipe.expire(key, self._ttl_after_end)
+        await pipe.execute()
+
+    async def read(self, response_id: str, after: int, timeout: float) -> tuple[list[JSON], bool]:
+        reply: Any = await self.redis.xread(
+            {self._key(response_id): f"0-{after + 1}"}, block=max(1, int(timeout * 1000)), count=1000
+        )
+        events: list[JSON] = []
+        ended = False
+        for _key, entries in reply or ():
+            for _entry_id, fields in entries:
+                if b"end" in fields:
+                    ended = True
+                else:
+                    events.append(orjson.loads(fields[b"e"]))
+        return events, ended
+
+    async def broadcast_cancel(self, response_id: str) -> None:
+        await self.redis.publish(self._cancel_channel, response_id)
+
+    async def open(self, on_cancel: CancelHandler) -> None:
+        self._redis = aioredis.Redis.from_url(self.url)
+        await self._redis.ping()
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(self._cancel_channel)
+
+        async def listen() -> None:
+            try:
+                async for message in pubsub.listen():
+                    data = message.get("data")
+                    if isinstance(data, bytes):
+                        on_cancel(data.decode())
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+        self._listener = asyncio.create_task(listen(), name="rg-redis-cancel-listener")
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None

@@ -1,0 +1,104 @@
+"""Versioned schema migrations, run in order at start-up inside one transaction.
+
+A migration is appended, never edited: an installed database records the highest version it ran in
+``rg_schema``. Types are written once and spelled per dialect (``{float}``).
+"""
+
+from __future__ import annotations
+
+from .db import Database
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+_TYPES = {
+    "sqlite": {"float": "REAL"},
+    "postgresql": {"float": "DOUBLE PRECISION"},
+}
+
+# (version, statements). JSON columns are TEXT: the store reads and writes whole documents.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (
+        1,
+        [
+            """CREATE TABLE rg_instances (
+                id TEXT PRIMARY KEY,
+                host TEXT NOT NULL,
+                pid BIGINT NOT NULL,
+                started_at {float} NOT NULL,
+                heartbeat_at {float} NOT NULL
+            )""",
+            """CREATE TABLE rg_responses (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                status TEXT NOT NULL,
+                background INTEGER NOT NULL,
+                previous_response_id TEXT,
+                conversation_id TEXT,
+                request TEXT NOT NULL,
+                response TEXT NOT NULL,
+                instance_id TEXT,
+                cancel_requested INTEGER NOT NULL DEFAULT 0,
+                updated_at {float} NOT NULL
+            )""",
+            "CREATE INDEX rg_responses_running ON rg_responses (status, instance_id)",
+            # kind 0 = input item, 1 = output item; position is the index within that list.
+            """CREATE TABLE rg_items (
+                response_id TEXT NOT NULL,
+                kind INTEGER NOT NULL,
+                position INTEGER NOT NULL,
+                id TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                item TEXT NOT NULL,
+                PRIMARY KEY (response_id, kind, position)
+            )""",
+            "CREATE INDEX rg_items_by_id ON rg_items (owner, id)",
+            """CREATE TABLE rg_events (
+                response_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                event TEXT NOT NULL,
+                PRIMARY KEY (response_id, seq)
+            )""",
+            """CREATE TABLE rg_conversations (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                metadata TEXT NOT NULL
+            )""",
+            """CREATE TABLE rg_conversation_items (
+                conversation_id TEXT NOT NULL,
+                position BIGINT NOT NULL,
+                id TEXT NOT NULL,
+                item TEXT NOT NULL,
+                PRIMARY KEY (conversation_id, position)
+            )""",
+            "CREATE INDEX rg_conversation_items_by_id ON rg_conversation_items (conversation_id, id)",
+        ],
+    ),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+async def migrate(db: Database) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION`; the version found before (0 for a new database)."""
+    types = _TYPES[db.dialect]
+    async with db.transaction() as tx:
+        if db.dialect == "postgresql":
+            # Instances starting together must not both run a migration; the lock ends with the
+            # transaction.
+            await tx.execute("SELECT pg_advisory_xact_lock(7263541)")
+        await tx.execute("CREATE TABLE IF NOT EXISTS rg_schema (version INTEGER NOT NULL)")
+        row = await tx.fetchone("SELECT MAX(version) FROM rg_schema")
+        found = int(row[0]) if row and row[0] is not None else 0
+        if found > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"the database schema is version {found}, newer than this gateway's {SCHEMA_VERSION}"
+            )
+        for version, statements in MIGRATIONS:
+            if version <= found:
+                continue
+            for statement in statements:
+                await tx.execute(statement.format(**types))
+            await tx.execute("INSERT INTO rg_schema (version) VALUES (?)", version)
+    return found

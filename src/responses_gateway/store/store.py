@@ -1,0 +1,866 @@
+"""The store: responses, their items and events, conversations; one implementation over both databases.
+
+Every public read or write takes ``owner`` and filters by it, so another owner's objects are simply
+not found. Writes that belong together are one transaction: a response's terminal event, final
+status, output items and conversation append commit together or not at all.
+
+Running responses belong to an *instance* (one gateway process) that heartbeats in ``rg_instances``.
+An instance whose heartbeat is older than the lease, or whose process is gone from this host, is dead:
+its running responses are failed by whoever notices first (start-up, then every heartbeat), with the
+events it had written kept and a ``response.failed`` appended so followers see an end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import orjson
+
+from ..protocol.response import ID_PREFIXES, new_id
+from .db import Database, Tx
+from .errors import (
+    ConversationNotFound,
+    ItemNotFound,
+    ItemReferenceNotFound,
+    PreviousResponseNotFound,
+    ResponseNotFound,
+)
+from .live import LiveLog, LocalLiveLog
+from .schema import migrate
+
+__all__ = ["RUNNING", "TERMINAL", "TERMINAL_EVENTS", "EventRecorder", "Store"]
+
+JSON = dict[str, Any]
+
+RUNNING = frozenset({"queued", "in_progress"})
+TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
+TERMINAL_EVENTS = frozenset(
+    {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
+)
+# The statuses a response may move to from each status; anything else is ignored (a late snapshot
+# from a cancelled worker must not resurrect it).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"queued", "in_progress", *TERMINAL}),
+    "in_progress": frozenset({"in_progress", *TERMINAL}),
+}
+_LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"}) | TERMINAL_EVENTS
+
+# Prefixes for ids the gateway gives input items that arrive without one (listing needs ids).
+_EXTRA_PREFIXES = {"function_call_output": "fco", "custom_tool_call_output": "ctco", "item_reference": "ref"}
+_INPUT, _OUTPUT = 0, 1
+_INSERT_ITEM = "INSERT INTO rg_items (response_id, kind, position, id, owner, item) VALUES (?, ?, ?, ?, ?, ?)"
+_CRASH_MESSAGE = "The gateway instance running this response stopped before it finished."
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _item_id(item: JSON) -> str:
+    kind = str(item.get("type") or "message")
+    return new_id(ID_PREFIXES.get(kind) or _EXTRA_PREFIXES.get(kind) or "item")
+
+
+def _with_id(item: JSON) -> JSON:
+    if isinstance(item.get("id"), str) and item["id"]:
+        return item
+    return {"id": _item_id(item), **item}
+
+
+def apply_include(item: JSON, include: Iterable[str]) -> JSON:
+    """An item as a read without those ``include`` values shows it (stored items keep everything)."""
+    wanted = set(include)
+    if item.get("type") == "reasoning" and "reasoning.encrypted_content" not in wanted:
+        if "encrypted_content" in item:
+            item = {k: v for k, v in item.items() if k != "encrypted_content"}
+    elif item.get("type") == "message" and "message.output_text.logprobs" not in wanted:
+        content = item.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("logprobs") for p in content):
+            parts = [
+                {**p, "logprobs": []} if isinstance(p, dict) and p.get("logprobs") else p for p in content
+            ]
+            item = {**item, "content": parts}
+    return item
+
+
+def _page(rows: list[JSON], limit: int) -> JSON:
+    data = rows[:limit]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": len(rows) > limit,
+    }
+
+
+def _check_page_args(limit: int, order: str) -> None:
+    if not 1 <= limit <= 100:
+        raise ValueError("limit must be between 1 and 100")
+    if order not in ("asc", "desc"):
+        raise ValueError("order must be 'asc' or 'desc'")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Store:
+    """The gateway's persistence; build one with :func:`responses_gateway.store.open_store`."""
+
+    def __init__(
+        self,
+        db: Database,
+        live: LiveLog | None = None,
+        *,
+        instance_id: str | None = None,
+        lease_seconds: float = 15.0,
+        flush_interval: float = 0.05,
+        flush_events: int = 256,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.db = db
+        self.live = live or LocalLiveLog()
+        self.instance_id = instance_id or new_id("inst")
+        self.lease_seconds = lease_seconds
+        self.flush_interval = flush_interval
+        self.flush_events = flush_events
+        self.poll_interval = poll_interval
+        self._host = socket.gethostname()
+        self._cancel: dict[str, asyncio.Event] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------------------ life cycle
+    async def start(self) -> None:
+        """Migrate, register this instance, fail what dead instances left running, start heartbeating."""
+        await self.db.open()
+        await migrate(self.db)
+        await self.live.open(self._on_cancel)
+        now = time.time()
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO rg_instances (id, host, pid, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?)",
+                self.instance_id,
+                self._host,
+                os.getpid(),
+                now,
+                now,
+            )
+        await self.recover()
+        self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="rg-store-heartbeat")
+
+    async def close(self) -> None:
+        """Stop heartbeating and deregister; responses still running here are left for recovery."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+            self._heartbeat = None
+        with contextlib.suppress(Exception):
+            async with self.db.transaction() as tx:
+                # Expiring the lease (rather than deleting the row) lets the next sweep fail what we ran.
+                await tx.execute("UPDATE rg_instances SET heartbeat_at = 0 WHERE id = ?", self.instance_id)
+        await self.live.close()
+        await self.db.close()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.heartbeat()
+            except Exception:  # a database hiccup must not end the loop; the next beat retries
+                continue
+
+    async def heartbeat(self) -> None:
+        """Renew this instance's lease, pick up cancel requests, fail dead instances' responses."""
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "UPDATE rg_instances SET heartbeat_at = ? WHERE id = ?", time.time(), self.instance_id
+            )
+            # Without Redis this is how a cancel made on another instance reaches this one.
+            rows = await tx.fetch(
+                "SELECT id FROM rg_responses WHERE instance_id = ? AND cancel_requested = 1"
+                " AND status IN ('queued', 'in_progress')",
+                self.instance_id,
+            )
+        for (response_id,) in rows:
+            self._on_cancel(response_id)
+        await self.recover()
+
+    async def recover(self) -> list[str]:
+        """Fail responses left running by dead instances; the ids failed."""
+        now = time.time()
+        async with self.db.transaction() as tx:
+            instances = await tx.fetch("SELECT id, host, pid, heartbeat_at FROM rg_instances")
+            alive = {
+                iid
+                for iid, host, pid, beat in instances
+                if iid == self.instance_id
+                or (beat >= now - self.lease_seconds and (host != self._host or _pid_alive(int(pid))))
+            }
+            dead = {iid for iid, *_ in instances} - alive
+            orphans = [
+                rid
+                for rid, iid in await tx.fetch(
+                    "SELECT id, instance_id FROM rg_responses WHERE status IN ('queued', 'in_progress')"
+                )
+                if iid not in alive
+            ]
+        failed = [rid for rid in orphans if await self._fail_orphan(rid, alive)]
+        if dead:
+            async with self.db.transaction() as tx:
+                for iid in dead:
+                    still = await tx.fetchone(
+                        "SELECT 1 FROM rg_responses WHERE instance_id = ?"
+                        " AND status IN ('queued', 'in_progress')",
+                        iid,
+                    )
+                    if still is None:
+                        await tx.execute("DELETE FROM rg_instances WHERE id = ?", iid)
+        return failed
+
+    async def _fail_orphan(self, response_id: str, alive: set[str]) -> bool:
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status, instance_id, response FROM rg_responses WHERE id = ?" + self.db.for_update,
+                response_id,
+            )
+            if row is None or row[0] not in RUNNING or row[1] in alive:
+                return False
+            response: JSON = orjson.loads(row[2])
+            events = await tx.fetch(
+                "SELECT seq, event FROM rg_events WHERE response_id = ? ORDER BY seq", response_id
+            )
+            output: list[JSON] = []
+            last = -1
+            for seq, text in events:
+                last = int(seq)
+                if '"response.output_item.done"' in text:
+                    event = orjson.loads(text)
+                    if event.get("type") == "response.output_item.done":
+                        output.append(event["item"])
+            response.update(
+                status="failed",
+                error={"code": "server_error", "message": _CRASH_MESSAGE},
+                output=output,
+            )
+            tail = [
+                {
+                    "type": "error",
+                    "sequence_number": last + 1,
+                    "code": "server_error",
+                    "message": _CRASH_MESSAGE,
+                    "param": None,
+                    "error": {
+                        "type": "server_error",
+                        "code": "server_error",
+                        "message": _CRASH_MESSAGE,
+                        "param": None,
+                    },
+                },
+                {"type": "response.failed", "sequence_number": last + 2, "response": response},
+            ]
+            await tx.executemany(
+                "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)",
+                [(response_id, e["sequence_number"], _dumps(e)) for e in tail],
+            )
+            await self._write_final(tx, response_id, response)
+        await self.live.publish(response_id, tail)
+        await self.live.end(response_id)
+        return True
+
+    # ------------------------------------------------------------------------------ cancellation
+    def _on_cancel(self, response_id: str) -> None:
+        event = self._cancel.get(response_id)
+        if event is not None:
+            event.set()
+
+    def cancel_event(self, response_id: str) -> asyncio.Event:
+        """Set when a cancel for ``response_id`` arrives (from any instance); the worker watches it."""
+        event = self._cancel.get(response_id)
+        if event is None:
+            event = self._cancel[response_id] = asyncio.Event()
+        return event
+
+    async def cancel_response(self, owner: str, response_id: str, *, wait: float = 5.0) -> JSON:
+        """Ask the response to stop (wherever it runs); its snapshot once cancelled or after ``wait`` s."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status, response FROM rg_responses WHERE id = ? AND owner = ?" + self.db.for_update,
+                response_id,
+                owner,
+            )
+            if row is None:
+                raise ResponseNotFound(response_id)
+            status, text = row
+            if status == "queued":
+                # No worker has it yet: cancelling is a status change.
+                response: JSON = orjson.loads(text)
+                response["status"] = "cancelled"
+                await self._write_final(tx, response_id, response)
+            elif status == "in_progress":
+                await tx.execute("UPDATE rg_responses SET cancel_requested = 1 WHERE id = ?", response_id)
+        if status == "queued":
+            await self.live.end(response_id)
+            await self.live.broadcast_cancel(response_id)
+            return response
+        if status == "in_progress":
+            await self.live.broadcast_cancel(response_id)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                snapshot = await self.get_response(owner, response_id)
+                if snapshot["status"] in TERMINAL:
+                    return snapshot
+                await asyncio.sleep(0.05)
+        return await self.get_response(owner, response_id)
+
+    # ------------------------------------------------------------------------------ responses
+    async def create_response(
+        self, owner: str, response: JSON, *, request: JSON, input_items: list[JSON]
+    ) -> None:
+        """Record a new (queued or in-progress) response run by this instance, with its input items.
+
+        ``input_items`` are this turn's items with references already resolved (see
+        :meth:`resolve_input`); items without an ``id`` get one. ``response`` is the snapshot from
+        ``new_response``; its ``previous_response_id`` and ``conversation`` link the turn.
+        """
+        conversation = response.get("conversation")
+        conversation_id = conversation.get("id") if isinstance(conversation, dict) else None
+        items = [_with_id(item) for item in input_items]
+        async with self.db.transaction() as tx:
+            if conversation_id is not None:
+                await self._conversation_row(tx, owner, conversation_id)
+            await tx.execute(
+                "INSERT INTO rg_responses (id, owner, created_at, status, background, previous_response_id,"
+                " conversation_id, request, response, instance_id, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                response["id"],
+                owner,
+                int(response["created_at"]),
+                response["status"],
+                1 if response.get("background") else 0,
+                response.get("previous_response_id"),
+                conversation_id,
+                _dumps(request),
+                _dumps(response),
+                self.instance_id,
+                time.time(),
+            )
+            await tx.executemany(
+                _INSERT_ITEM,
+                [(response["id"], _INPUT, i, it["id"], owner, _dumps(it)) for i, it in enumerate(items)],
+            )
+
+    async def get_response(self, owner: str, response_id: str, include: Iterable[str] = ()) -> JSON:
+        """The stored Response object; encrypted reasoning and logprobs only if ``include`` asks."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT response FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner
+            )
+        if row is None:
+            raise ResponseNotFound(response_id)
+        response: JSON = orjson.loads(row[0])
+        include = tuple(include)
+        response["output"] = [apply_include(item, include) for item in response.get("output") or []]
+        return response
+
+    async def delete_response(self, owner: str, response_id: str) -> JSON:
+        """Delete a response with its items and events; a running one is also told to stop."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status FROM rg_responses WHERE id = ? AND owner = ?" + self.db.for_update,
+                response_id,
+                owner,
+            )
+            if row is None:
+                raise ResponseNotFound(response_id)
+            await tx.execute("DELETE FROM rg_items WHERE response_id = ?", response_id)
+            await tx.execute("DELETE FROM rg_events WHERE response_id = ?", response_id)
+            await tx.execute("DELETE FROM rg_responses WHERE id = ?", response_id)
+        if row[0] in RUNNING:
+            await self.live.broadcast_cancel(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def list_input_items(
+        self,
+        owner: str,
+        response_id: str,
+        *,
+        after: str | None = None,
+        before: str | None = None,
+        limit: int = 20,
+        order: str = "desc",
+        include: Iterable[str] = (),
+    ) -> JSON:
+        """``GET /v1/responses/{id}/input_items``: ``{object: "list", data, first_id, last_id, has_more}``."""
+        _check_page_args(limit, order)
+        async with self.db.transaction() as tx:
+            if (
+                await tx.fetchone("SELECT 1 FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner)
+                is None
+            ):
+                raise ResponseNotFound(response_id)
+            rows = await self._page_rows(
+                tx,
+                "SELECT position, item FROM rg_items WHERE response_id = ? AND kind = 0",
+                "SELECT position FROM rg_items WHERE response_id = ? AND kind = 0 AND id = ?",
+                response_id,
+                after=after,
+                before=before,
+                limit=limit,
+                order=order,
+            )
+        include = tuple(include)
+        return _page([apply_include(orjson.loads(text), include) for text in rows], limit)
+
+    async def _page_rows(
+        self,
+        tx: Tx,
+        select: str,
+        cursor_sql: str,
+        scope: str,
+        *,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        order: str,
+    ) -> list[str]:
+        """Up to ``limit + 1`` item texts of one list in ``order``, strictly between the cursors."""
+        where = ""
+        args: list[Any] = [scope]
+        for cursor, asc_op, desc_op in ((after, ">", "<"), (before, "<", ">")):
+            if cursor is None:
+                continue
+            row = await tx.fetchone(cursor_sql, scope, cursor)
+            if row is None:
+                raise ItemNotFound(cursor)
+            where += f" AND position {asc_op if order == 'asc' else desc_op} ?"
+            args.append(row[0])
+        direction = "ASC" if order == "asc" else "DESC"
+        rows = await tx.fetch(f"{select}{where} ORDER BY position {direction} LIMIT ?", *args, limit + 1)
+        return [text for _pos, text in rows]
+
+    # ------------------------------------------------------------------------------ input rebuilding
+    async def resolve_input(
+        self,
+        owner: str,
+        input_items: list[JSON],
+        *,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> tuple[list[JSON], list[JSON]]:
+        """``(context, turn)``: what precedes this turn, and this turn's items with references resolved.
+
+        The upstream gets ``context + turn``. ``context`` follows ``previous_response_id`` back to the
+        start of the chain, oldest turn first, each turn's inputs then its outputs (reasoning, tool
+        calls and their outputs included, in order); or, for a conversation, its items. ``turn`` is
+        what :meth:`create_response` stores.
+        """
+        context: list[JSON] = []
+        if previous_response_id is not None:
+            context = await self._chain_items(owner, previous_response_id)
+        elif conversation_id is not None:
+            async with self.db.transaction() as tx:
+                await self._conversation_row(tx, owner, conversation_id)
+                rows = await tx.fetch(
+                    "SELECT item FROM rg_conversation_items WHERE conversation_id = ? ORDER BY position",
+                    conversation_id,
+                )
+            context = [orjson.loads(text) for (text,) in rows]
+        return context, await self.resolve_item_references(owner, input_items)
+
+    async def _chain_items(self, owner: str, response_id: str) -> list[JSON]:
+        async with self.db.transaction() as tx:
+            if (
+                await tx.fetchone("SELECT 1 FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner)
+                is None
+            ):
+                raise PreviousResponseNotFound(response_id)
+            # One query walks the whole chain; depth orders turns oldest first.
+            rows = await tx.fetch(
+                "WITH RECURSIVE chain (id, prev, depth) AS ("
+                " SELECT id, previous_response_id, 0 FROM rg_responses WHERE id = ? AND owner = ?"
+                " UNION ALL"
+                " SELECT r.id, r.previous_response_id, c.depth + 1 FROM rg_responses r"
+                " JOIN chain c ON r.id = c.prev WHERE r.owner = ? AND c.depth < 100000)"
+                " SELECT i.item FROM chain c JOIN rg_items i ON i.response_id = c.id"
+                " ORDER BY c.depth DESC, i.kind ASC, i.position ASC",
+                response_id,
+                owner,
+                owner,
+            )
+        return [orjson.loads(text) for (text,) in rows]
+
+    async def resolve_item_references(self, owner: str, items: list[JSON]) -> list[JSON]:
+        """``items`` with each ``item_reference`` replaced by the stored item it names."""
+        wanted = [(i, item["id"]) for i, item in enumerate(items) if item.get("type") == "item_reference"]
+        if not wanted:
+            return items
+        found: dict[str, JSON] = {}
+        async with self.db.transaction() as tx:
+            for _index, item_id in wanted:
+                if item_id in found:
+                    continue
+                row = await tx.fetchone(
+                    "SELECT item FROM rg_items WHERE owner = ? AND id = ? ORDER BY kind DESC LIMIT 1",
+                    owner,
+                    item_id,
+                )
+                if row is None:
+                    row = await tx.fetchone(
+                        "SELECT ci.item FROM rg_conversation_items ci JOIN rg_conversations c"
+                        " ON c.id = ci.conversation_id WHERE c.owner = ? AND ci.id = ? LIMIT 1",
+                        owner,
+                        item_id,
+                    )
+                if row is not None:
+                    found[item_id] = orjson.loads(row[0])
+        out = list(items)
+        for index, item_id in wanted:
+            if item_id not in found:
+                raise ItemReferenceNotFound(item_id, index)
+            out[index] = found[item_id]
+        return out
+
+    # ------------------------------------------------------------------------------ events
+    def recorder(self, response_id: str) -> EventRecorder:
+        """The writer of one running response's events (see :class:`EventRecorder`)."""
+        return EventRecorder(self, response_id)
+
+    async def _write_events(self, response_id: str, events: list[JSON], final: JSON | None) -> bool:
+        """Append events and apply the latest lifecycle snapshot among them, in one transaction."""
+        snapshot: JSON | None = final
+        if snapshot is None:
+            for event in reversed(events):
+                if event.get("type") in _LIFECYCLE and isinstance(event.get("response"), dict):
+                    snapshot = event["response"]
+                    break
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status FROM rg_responses WHERE id = ?" + self.db.for_update, response_id
+            )
+            # Deleted, or already ended (cancelled while queued, failed by recovery): nothing to add.
+            if row is None or row[0] not in RUNNING:
+                return False
+            if events:
+                await tx.executemany(
+                    "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)",
+                    [(response_id, int(e["sequence_number"]), _dumps(e)) for e in events],
+                )
+            if snapshot is not None and snapshot.get("status") in TRANSITIONS[row[0]]:
+                if snapshot["status"] in TERMINAL:
+                    await self._write_final(tx, response_id, snapshot)
+                else:
+                    await tx.execute(
+                        "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
+                        snapshot["status"],
+                        _dumps(snapshot),
+                        time.time(),
+                        response_id,
+                    )
+        return True
+
+    async def _write_final(self, tx: Tx, response_id: str, response: JSON) -> None:
+        """Final status, output items and the conversation append of a finished turn."""
+        await tx.execute(
+            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
+            " WHERE id = ?",
+            response["status"],
+            _dumps(response),
+            time.time(),
+            response_id,
+        )
+        row = await tx.fetchone("SELECT owner, conversation_id FROM rg_responses WHERE id = ?", response_id)
+        if row is None:
+            return
+        owner, conversation_id = row
+        outputs = [_with_id(item) for item in response.get("output") or []]
+        await tx.execute("DELETE FROM rg_items WHERE response_id = ? AND kind = 1", response_id)
+        await tx.executemany(
+            _INSERT_ITEM,
+            [(response_id, _OUTPUT, i, it["id"], owner, _dumps(it)) for i, it in enumerate(outputs)],
+        )
+        # Only turns that produced an answer join the conversation (as OpenAI does).
+        if conversation_id is not None and response["status"] in ("completed", "incomplete"):
+            inputs = await tx.fetch(
+                "SELECT item FROM rg_items WHERE response_id = ? AND kind = 0 ORDER BY position", response_id
+            )
+            turn = [orjson.loads(text) for (text,) in inputs] + outputs
+            if await tx.fetchone(
+                "SELECT 1 FROM rg_conversations WHERE id = ?" + self.db.for_update, conversation_id
+            ):
+                await self._append_conversation(tx, conversation_id, turn)
+
+    async def stream_events(
+        self, owner: str, response_id: str, *, starting_after: int = -1
+    ) -> AsyncIterator[JSON]:
+        """Every event after ``starting_after``, stored then live, until the response ends.
+
+        Works from any instance: the database holds a prefix of the events, the live log (Redis when
+        configured) all of them while running; sequence numbers join the two without gap or repeat.
+        """
+        last = starting_after
+        status, stored = await self._events_after(owner, response_id, last)
+        for event in stored:
+            yield event
+            last = int(event["sequence_number"])
+            if event.get("type") in TERMINAL_EVENTS:
+                return
+        if status in TERMINAL:
+            return
+        while True:
+            events, ended = await self.live.read(response_id, last, self.poll_interval)
+            for event in events:
+                seq = int(event["sequence_number"])
+                if seq <= last:
+                    continue
+                yield event
+                last = seq
+                if event.get("type") in TERMINAL_EVENTS:
+                    return
+            if events and not ended:
+                continue
+            # Idle or ended: the database is the authority (a crash, or a cancel with no final event).
+            try:
+                status, stored = await self._events_after(owner, response_id, last)
+            except ResponseNotFound:
+                return
+            for event in stored:
+                yield event
+                last = int(event["sequence_number"])
+                if event.get("type") in TERMINAL_EVENTS:
+                    return
+            if status in TERMINAL or ended:
+                return
+
+    async def _events_after(self, owner: str, response_id: str, after: int) -> tuple[str, list[JSON]]:
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner
+            )
+            if row is None:
+                raise ResponseNotFound(response_id)
+            rows = await tx.fetch(
+                "SELECT event FROM rg_events WHERE response_id = ? AND seq > ? ORDER BY seq",
+                response_id,
+                after,
+            )
+        return str(row[0]), [orjson.loads(text) for (text,) in rows]
+
+    # ------------------------------------------------------------------------------ conversations
+    async def _conversation_row(self, tx: Tx, owner: str, conversation_id: str) -> tuple[Any, ...]:
+        row = await tx.fetchone(
+            "SELECT id, created_at, metadata FROM rg_conversations WHERE id = ? AND owner = ?",
+            conversation_id,
+            owner,
+        )
+        if row is None:
+            raise ConversationNotFound(conversation_id)
+        return row
+
+    @staticmethod
+    def _conversation(row: tuple[Any, ...]) -> JSON:
+        return {
+            "id": row[0],
+            "object": "conversation",
+            "created_at": int(row[1]),
+            "metadata": orjson.loads(row[2]),
+        }
+
+    async def _append_conversation(self, tx: Tx, conversation_id: str, items: list[JSON]) -> list[JSON]:
+        row = await tx.fetchone(
+            "SELECT MAX(position) FROM rg_conversation_items WHERE conversation_id = ?", conversation_id
+        )
+        start = 0 if row is None or row[0] is None else int(row[0]) + 1
+        stored = [_with_id(item) for item in items]
+        await tx.executemany(
+            "INSERT INTO rg_conversation_items (conversation_id, position, id, item) VALUES (?, ?, ?, ?)",
+            [(conversation_id, start + i, it["id"], _dumps(it)) for i, it in enumerate(stored)],
+        )
+        return stored
+
+    async def create_conversation(
+        self, owner: str, *, items: list[JSON] | None = None, metadata: JSON | None = None
+    ) -> JSON:
+        """``POST /v1/conversations``: a new conversation, optionally seeded with items."""
+        conversation_id = new_id("conv")
+        created_at = int(time.time())
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO rg_conversations (id, owner, created_at, metadata) VALUES (?, ?, ?, ?)",
+                conversation_id,
+                owner,
+                created_at,
+                _dumps(metadata or {}),
+            )
+            if items:
+                resolved = await self.resolve_item_references(owner, items)
+                await self._append_conversation(tx, conversation_id, resolved)
+        return {
+            "id": conversation_id,
+            "object": "conversation",
+            "created_at": created_at,
+            "metadata": metadata or {},
+        }
+
+    async def get_conversation(self, owner: str, conversation_id: str) -> JSON:
+        async with self.db.transaction() as tx:
+            return self._conversation(await self._conversation_row(tx, owner, conversation_id))
+
+    async def update_conversation(self, owner: str, conversation_id: str, metadata: JSON) -> JSON:
+        """``POST /v1/conversations/{id}``: replace the metadata."""
+        async with self.db.transaction() as tx:
+            await self._conversation_row(tx, owner, conversation_id)
+            await tx.execute(
+                "UPDATE rg_conversations SET metadata = ? WHERE id = ?", _dumps(metadata), conversation_id
+            )
+            return self._conversation(await self._conversation_row(tx, owner, conversation_id))
+
+    async def delete_conversation(self, owner: str, conversation_id: str) -> JSON:
+        async with self.db.transaction() as tx:
+            await self._conversation_row(tx, owner, conversation_id)
+            await tx.execute("DELETE FROM rg_conversation_items WHERE conversation_id = ?", conversation_id)
+            await tx.execute("DELETE FROM rg_conversations WHERE id = ?", conversation_id)
+        return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+
+    async def add_conversation_items(self, owner: str, conversation_id: str, items: list[JSON]) -> JSON:
+        """``POST /v1/conversations/{id}/items``: the added items as a list page."""
+        resolved = await self.resolve_item_references(owner, items)
+        async with self.db.transaction() as tx:
+            await tx.fetchone(
+                "SELECT 1 FROM rg_conversations WHERE id = ?" + self.db.for_update, conversation_id
+            )
+            await self._conversation_row(tx, owner, conversation_id)
+            stored = await self._append_conversation(tx, conversation_id, resolved)
+        page = _page(stored, len(stored) or 1)
+        page["has_more"] = False
+        return page
+
+    async def list_conversation_items(
+        self,
+        owner: str,
+        conversation_id: str,
+        *,
+        after: str | None = None,
+        before: str | None = None,
+        limit: int = 20,
+        order: str = "desc",
+        include: Iterable[str] = (),
+    ) -> JSON:
+        """``GET /v1/conversations/{id}/items``."""
+        _check_page_args(limit, order)
+        async with self.db.transaction() as tx:
+            await self._conversation_row(tx, owner, conversation_id)
+            rows = await self._page_rows(
+                tx,
+                "SELECT position, item FROM rg_conversation_items WHERE conversation_id = ?",
+                "SELECT position FROM rg_conversation_items WHERE conversation_id = ? AND id = ?",
+                conversation_id,
+                after=after,
+                before=before,
+                limit=limit,
+                order=order,
+            )
+        include = tuple(include)
+        return _page([apply_include(orjson.loads(text), include) for text in rows], limit)
+
+    async def get_conversation_item(
+        self, owner: str, conversation_id: str, item_id: str, include: Iterable[str] = ()
+    ) -> JSON:
+        async with self.db.transaction() as tx:
+            await self._conversation_row(tx, owner, conversation_id)
+            row = await tx.fetchone(
+                "SELECT item FROM rg_conversation_items WHERE conversation_id = ? AND id = ?"
+                " ORDER BY position LIMIT 1",
+                conversation_id,
+                item_id,
+            )
+        if row is None:
+            raise ItemNotFound(item_id)
+        return apply_include(orjson.loads(row[0]), include)
+
+    async def delete_conversation_item(self, owner: str, conversation_id: str, item_id: str) -> JSON:
+        """``DELETE /v1/conversations/{id}/items/{item_id}``: the conversation, as OpenAI answers."""
+        async with self.db.transaction() as tx:
+            row = await self._conversation_row(tx, owner, conversation_id)
+            deleted = await tx.execute(
+                "DELETE FROM rg_conversation_items WHERE conversation_id = ? AND id = ?",
+                conversation_id,
+                item_id,
+            )
+        if not deleted:
+            raise ItemNotFound(item_id)
+        return self._conversation(row)
+
+
+class EventRecorder:
+    """Keeps one running response's events: live at once, in the database in batches.
+
+    ``await recorder.add(builder.take())`` after each provider step. Events go to the live log
+    immediately (followers see them at once) and to the database every ``flush_interval`` seconds or
+    ``flush_events`` events, so the per-event cost is a list append. A terminal event
+    (``response.completed``/``incomplete``/``failed``) is written with the final status, output items
+    and conversation append in one transaction. :meth:`finish` ends a response that has no terminal
+    event to send (cancelled).
+    """
+
+    def __init__(self, store: Store, response_id: str) -> None:
+        self.store = store
+        self.response_id = response_id
+        self._pending: list[JSON] = []
+        self._lock = asyncio.Lock()
+        self._timer: asyncio.Task[None] | None = None
+        self._done = False
+
+    async def add(self, events: list[JSON]) -> None:
+        """Record events in sequence order."""
+        if not events or self._done:
+            return
+        await self.store.live.publish(self.response_id, events)
+        self._pending.extend(events)
+        if any(e.get("type") in TERMINAL_EVENTS for e in events):
+            await self._end(None)
+        elif len(self._pending) >= self.store.flush_events:
+            await self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.store.flush_interval)
+        self._timer = None
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write what is pending now."""
+        async with self._lock:
+            events, self._pending = self._pending, []
+            if events:
+                await self.store._write_events(self.response_id, events, None)
+
+    async def finish(self, response: JSON) -> None:
+        """End with ``response`` as the final snapshot (status cancelled, or any terminal status)."""
+        if not self._done:
+            await self._end(response)
+
+    async def _end(self, final: JSON | None) -> None:
+        self._done = True
+        if self._timer is not None and self._timer is not asyncio.current_task():
+            self._timer.cancel()
+            self._timer = None
+        async with self._lock:
+            events, self._pending = self._pending, []
+            await self.store._write_events(self.response_id, events, final)
+        await self.store.live.end(self.response_id)
+        self.store._cancel.pop(self.response_id, None)
