@@ -13,12 +13,12 @@ from typing import Any
 import orjson
 import pytest
 
-from fixtures_loader import list_fixtures, load_chunks, load_sse
+from fixtures_loader import list_fixtures, load_chunks, load_json, load_sse
 from responses_gateway.protocol.accumulator import accumulate
 from responses_gateway.protocol.checker import check
 from responses_gateway.protocol.sse import SSEDecoder
 from responses_gateway.providers.anthropic import AnthropicProvider, decode_reasoning_state
-from upstream_mock import UpstreamMock, drive, fixture_reply
+from upstream_mock import UpstreamMock, drive, fixture_reply, json_reply
 
 STREAMS = list_fixtures("anthropic-messages__", suffixes=(".sse", ".chunks.jsonl"))
 PAUSE = "anthropic-messages__pause-turn-many-web-searches-thinking__pydantic-pydantic-ai.sse"
@@ -105,26 +105,8 @@ def expected_items(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run(upstream: UpstreamMock, name: str, *, split: bool, seed: int = 0, **kw: Any) -> list[dict[str, Any]]:
-    upstream.reset([fixture_reply(name, split=split, seed=seed, max_piece=193, delay=0)])
-    provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant-test", max_continuations=0, **kw)
-    body = {"model": "claude", "input": "hi", "include": ["web_search_call.action.sources"]}
-    return asyncio.run(drive(provider, body))
-
-
-@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
-@pytest.mark.parametrize("name", STREAMS)
-def test_recorded_stream(upstream: UpstreamMock, name: str, split: bool) -> None:
-    events = run(upstream, name, split=split, seed=len(name))
-    assert check(events) == []
-    acc = accumulate(events)
-    assert acc.discrepancies == []
-    response = acc.response
-    blocks, usage, stop = rebuild(recorded_events(name))
-    want = expected_items(blocks)
-    output = response["output"]
-    if stop == "refusal":
-        want.append({"type": "message", "refusal": True})
+def assert_items(output: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    """Output items match the expected ones in order, type and content."""
     assert [o["type"] for o in output] == [w["type"] for w in want]
     for got, exp in zip(output, want, strict=True):
         if exp["type"] == "message" and "text" in exp:
@@ -147,6 +129,29 @@ def test_recorded_stream(upstream: UpstreamMock, name: str, split: bool) -> None
                 assert action == {"type": "open_page", "url": exp["input"]["url"]}
         elif exp["type"] == "mcp_call":
             assert (got["name"], got["arguments"]) == (exp["name"], exp["arguments"])
+
+
+def run(upstream: UpstreamMock, name: str, *, split: bool, seed: int = 0, **kw: Any) -> list[dict[str, Any]]:
+    upstream.reset([fixture_reply(name, split=split, seed=seed, max_piece=193, delay=0)])
+    provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant-test", max_continuations=0, **kw)
+    body = {"model": "claude", "input": "hi", "include": ["web_search_call.action.sources"]}
+    return asyncio.run(drive(provider, body))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+@pytest.mark.parametrize("name", STREAMS)
+def test_recorded_stream(upstream: UpstreamMock, name: str, split: bool) -> None:
+    events = run(upstream, name, split=split, seed=len(name))
+    assert check(events) == []
+    acc = accumulate(events)
+    assert acc.discrepancies == []
+    response = acc.response
+    blocks, usage, stop = rebuild(recorded_events(name))
+    want = expected_items(blocks)
+    output = response["output"]
+    if stop == "refusal":
+        want.append({"type": "message", "refusal": True})
+    assert_items(output, want)
 
     cache_read = usage.get("cache_read_input_tokens") or 0
     cache_write = usage.get("cache_creation_input_tokens") or 0
@@ -316,3 +321,30 @@ def test_pause_turn_limit_ends_incomplete(upstream: UpstreamMock) -> None:
     assert len(upstream.requests) == 2
     assert events[-1]["type"] == "response.incomplete"
     assert check(events) == []
+
+
+NONSTREAM = list_fixtures("anthropic-messages__nonstream", suffixes=(".json",))
+
+
+@pytest.mark.parametrize("name", NONSTREAM)
+def test_non_streamed_message_body_is_translated(upstream: UpstreamMock, name: str) -> None:
+    message = load_json(name)
+    upstream.reset([json_reply(message)])
+    provider = AnthropicProvider(base_url=upstream.url, api_key="k")
+    events = asyncio.run(drive(provider, {"model": "claude", "input": "hi"}))
+    assert check(events) == []
+    blocks = []
+    for block in message["content"]:
+        block = dict(block, _json=orjson.dumps(block["input"]).decode() if "input" in block else "")
+        if block.get("citations"):
+            block["_citations"] = block["citations"]
+        blocks.append(block)
+    response = events[-1]["response"]
+    assert_items(response["output"], expected_items(blocks))
+    assert response["usage"]["output_tokens"] == message["usage"]["output_tokens"]
+    assert response["status"] == "completed"
+    annotations = [
+        a for o in response["output"] if o["type"] == "message" for a in o["content"][0]["annotations"]
+    ]
+    cited = [c for b in blocks if b["type"] == "text" for c in b.get("_citations", [])]
+    assert len(annotations) == len(cited)

@@ -44,6 +44,7 @@ __all__ = [
     "build_messages_body",
     "decode_reasoning_state",
     "encode_reasoning_state",
+    "message_events",
 ]
 
 log = logging.getLogger("responses_gateway.anthropic")
@@ -754,7 +755,12 @@ class _Turn:
         if item.kind == "web_search_call":
             self.b.tool_progress(item, "searching")
         elif item.kind == "code_interpreter_call":
-            code = parsed.get("code") or parsed.get("command") or parsed.get("file_text") or ""
+            # code_execution runs ``code``, bash_code_execution a ``command``; the text editor's
+            # input is structured (command, path, file_text), so it is shown as its JSON.
+            if info.get("name") == "text_editor_code_execution":
+                code: Any = orjson.dumps(parsed).decode()
+            else:
+                code = parsed.get("code") or parsed.get("command") or ""
             if isinstance(code, str) and code:
                 self.b.code_delta(item, code)
             self.b.tool_progress(item, "interpreting")
@@ -984,18 +990,23 @@ class AnthropicProvider(Provider):
                         resp.status, resp.headers, raw, upstream="Anthropic", secrets=self._secrets()
                     )
                 turn.begin_request()
-                decoder = SSEDecoder()
-                try:
-                    async for chunk in resp.iter_chunks():
-                        for msg in decoder.feed(chunk):
+                if "json" in resp.headers.get("content-type", ""):
+                    # An endpoint (or proxy) that ignored ``stream: true`` answered with a whole Message.
+                    for event in message_events(await resp.json()):
+                        turn.on_event(event)
+                else:
+                    decoder = SSEDecoder()
+                    try:
+                        async for chunk in resp.iter_chunks():
+                            for msg in decoder.feed(chunk):
+                                _dispatch(turn, msg.data)
+                            if turn.dirty:
+                                turn.dirty = False
+                                yield
+                        for msg in decoder.flush():
                             _dispatch(turn, msg.data)
-                        if turn.dirty:
-                            turn.dirty = False
-                            yield
-                    for msg in decoder.flush():
-                        _dispatch(turn, msg.data)
-                finally:
-                    await resp.aclose()
+                    finally:
+                        await resp.aclose()
                 if not turn.stopped:
                     raise ProviderError(
                         "The Anthropic stream ended before message_stop.", status=502, code="server_error"
@@ -1021,6 +1032,42 @@ class AnthropicProvider(Provider):
     async def aclose(self) -> None:
         if self._owns_transport:
             await self._transport.aclose()
+
+
+def message_events(message: Any) -> list[JSON]:
+    """The stream events equivalent to a non-streamed Message body (so one translator serves both)."""
+    if not isinstance(message, dict) or message.get("type") != "message":
+        raise ProviderError(
+            "Anthropic answered with an unexpected JSON body.", status=502, code="server_error"
+        )
+    events: list[JSON] = [{"type": "message_start", "message": {**message, "content": []}}]
+    for index, block in enumerate(message.get("content") or []):
+        kind = block.get("type")
+        deltas: list[JSON] = []
+        start = dict(block)
+        if kind == "text":
+            start["text"] = ""
+            start.pop("citations", None)
+            deltas = [{"type": "citations_delta", "citation": c} for c in block.get("citations") or []]
+            deltas.append({"type": "text_delta", "text": block.get("text", "")})
+        elif kind == "thinking":
+            start.update(thinking="", signature="")
+            deltas = [
+                {"type": "thinking_delta", "thinking": block.get("thinking", "")},
+                {"type": "signature_delta", "signature": block.get("signature", "")},
+            ]
+        elif kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+            start["input"] = {}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": orjson.dumps(block.get("input") or {}).decode()}
+            ]
+        events.append({"type": "content_block_start", "index": index, "content_block": start})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    delta = {k: message.get(k) for k in ("stop_reason", "stop_sequence", "stop_details")}
+    events.append({"type": "message_delta", "delta": delta, "usage": message.get("usage") or {}})
+    events.append({"type": "message_stop"})
+    return events
 
 
 def _dispatch(turn: _Turn, data: str) -> None:
