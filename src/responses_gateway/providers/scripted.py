@@ -155,7 +155,10 @@ def load_script(path: str | Path) -> tuple[str | None, Any]:
     """Read a script file (YAML or JSON): returns (model name if given, script)."""
     import yaml
 
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ScriptError(f"{path}: not YAML or JSON: {exc}") from None
     if isinstance(data, dict) and "model" in data:
         model = data["model"]
         if not isinstance(model, str):

@@ -80,9 +80,15 @@ class ModelRegistry:
         return entry.provider
 
     async def preload(self) -> None:
-        """Build every lazy provider now (at startup) instead of on first request."""
+        """Build every lazy provider now (at startup) and load weights of those with a ``load()``."""
         for name in self.names():
-            await self.get(name)
+            provider = await self.get(name)
+            load = getattr(provider, "load", None)
+            if callable(load):
+                log.info("loading the weights of %s", name)
+                started = time.perf_counter()
+                await asyncio.to_thread(load)
+                log.info("%s loaded in %.1f s", name, time.perf_counter() - started)
 
     def models(self) -> list[dict[str, object]]:
         """The ``data`` of ``GET /v1/models``, in OpenAI's Model shape."""
