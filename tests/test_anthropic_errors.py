@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 import pytest
@@ -192,6 +192,7 @@ def test_client_going_away_closes_the_upstream_connection(upstream: UpstreamMock
 
     async def go() -> bool:
         gen = prov.stream(req, builder)
+        assert isinstance(gen, AsyncGenerator)
         await gen.__anext__()
         await gen.aclose()  # what the server does when its client disconnects
         disconnected = await asyncio.to_thread(upstream.wait_disconnect, 5.0)

@@ -387,7 +387,7 @@ def test_pitfall_01_two_turn_loop_sends_the_signature_back_byte_for_byte(
         provider = AnthropicProvider(base_url=upstream.url, api_key="k", sealer=sealer)
         req1 = {"model": "claude", "input": first_input, "tools": tools, "reasoning": {"effort": "low"}}
         events = await drive(provider, req1, close=False)
-        output = events[-1]["response"]["output"]
+        output: list[dict[str, Any]] = events[-1]["response"]["output"]
         call = next(o for o in output if o["type"] == "function_call")
         second = [
             *first_input,
