@@ -413,3 +413,29 @@ def test_pitfall_01_two_turn_loop_sends_the_signature_back_byte_for_byte(
     assert sent[2]["content"] == [
         {"type": "tool_result", "tool_use_id": output[1]["call_id"], "content": "Pete"}
     ]
+
+
+def test_prompt_caching_marks_the_stable_prefix() -> None:
+    request = {
+        "instructions": "System.",
+        "prompt_cache_retention": "24h",
+        "tools": [{"type": "function", "name": "a"}, {"type": "function", "name": "b"}],
+        "input": [
+            {"role": "user", "content": "q"},
+            {"type": "reasoning", "summary": [], "encrypted_content": encode_reasoning_state(THINKING)},
+            {"type": "function_call", "call_id": "t1", "name": "a", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "t1", "output": "r"},
+        ],
+    }
+    control = {"type": "ephemeral", "ttl": "1h"}
+    body = body_for(request, prompt_caching=True)
+    assert body["system"] == [{"type": "text", "text": "System.", "cache_control": control}]
+    assert [t.get("cache_control") for t in body["tools"]] == [None, control]
+    assert body["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "r", "cache_control": control}
+    ]
+    assert all("cache_control" not in b for m in body["messages"][:-1] for b in m["content"])
+    # Off by default; without a 24h retention hint the default (5 minute) lifetime is used.
+    assert "cache_control" not in str(body_for(request))
+    del request["prompt_cache_retention"]
+    assert body_for(request, prompt_caching=True)["tools"][-1]["cache_control"] == {"type": "ephemeral"}

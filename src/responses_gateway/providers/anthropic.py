@@ -394,6 +394,29 @@ class _Options:
     default_max_tokens: int = 8192
     strict_tools: bool = False
     default_effort: str | None = None
+    prompt_caching: bool = False
+
+
+def _mark_cache_breakpoints(body: JSON, ttl: str | None) -> None:
+    """Cache the stable prefix: the system prompt, the tool list and the conversation so far.
+
+    Anthropic caches up to each block carrying ``cache_control`` (at most four); an agent loop resends
+    the same prefix every turn, so marking its end makes every later turn read it from cache.
+    """
+    control: JSON = {"type": "ephemeral"}
+    if ttl is not None:
+        control["ttl"] = ttl
+    if isinstance(body.get("system"), str):
+        body["system"] = [{"type": "text", "text": body["system"], "cache_control": control}]
+    if body.get("tools"):
+        body["tools"][-1] = {**body["tools"][-1], "cache_control": control}
+    for message in reversed(body["messages"]):
+        content = message["content"]
+        # Thinking blocks cannot carry cache_control; the last other block of the last turn can.
+        at = next((i for i in range(len(content) - 1, -1, -1) if "thinking" not in content[i]["type"]), None)
+        if at is not None:
+            content[at] = {**content[at], "cache_control": control}
+            break
 
 
 def _thinking_budget(request: ResponseRequest, opts: _Options) -> int | None:
@@ -467,6 +490,9 @@ def build_messages_body(
     user = request.safety_identifier or request.user
     if user:
         body["metadata"] = {"user_id": user}
+    if opts.prompt_caching:
+        # "24h" is beyond Anthropic's longest cache lifetime; its 1h tier is the closest honest match.
+        _mark_cache_breakpoints(body, "1h" if request.prompt_cache_retention == "24h" else None)
     body["stream"] = True
     return body
 
@@ -914,13 +940,16 @@ class AnthropicProvider(Provider):
         extra_headers: dict[str, str] | None = None,
         max_continuations: int = 4,
         sealer: Sealer | None = None,
+        prompt_caching: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._transport = transport or Transport()
         self._owns_transport = transport is None
         self._timeouts = timeouts
-        self._options = _Options(upstream_model, default_max_tokens, strict_tools, default_effort)
+        self._options = _Options(
+            upstream_model, default_max_tokens, strict_tools, default_effort, prompt_caching
+        )
         self._thinking_output: ThinkingOutput = thinking_output
         self._betas = tuple(betas)
         self._extra_headers = dict(extra_headers or {})
