@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import ResponseRequest
 from .base import Capabilities, Provider, ProviderError
@@ -171,6 +173,10 @@ def _model_params(extra_buffers: bool) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------------- jobs
 _NEG_INF = float("-inf")
+# How many of the highest-logit tokens the grammar examines before it scans the whole vocabulary.
+_SHORTLIST = 512
+# llama_token_data as a numpy record: int32 id, float logit, float p.
+_TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
 
 
 @dataclass(slots=True)
@@ -234,6 +240,7 @@ class LocalProvider(Provider):
         self.tokens_generated = 0
         self._llm: Any = None
         self._vocab: Any = None
+        self._n_vocab = 0
         self._pieces: dict[int, bytes] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-model")
         self._admit_lock = threading.Lock()
@@ -263,6 +270,7 @@ class LocalProvider(Provider):
                 verbose=False,
             )
         self._vocab = llm._model.vocab
+        self._n_vocab = int(llm.n_vocab())
         self._llm = llm
 
     async def _ensure_loaded(self) -> None:
@@ -479,7 +487,7 @@ class LocalProvider(Provider):
                     candidates.size, candidates.selected = 1, -1
                     capi.llama_sampler_apply(grammar, candidates_p)
                     if one.logit == _NEG_INF:
-                        token = capi.llama_sampler_sample(constrained, ctx, -1)
+                        token = self._sample_constrained(ctx, grammar, free, constrained)
                     else:
                         capi.llama_sampler_accept(grammar, token)
                 if capi.llama_vocab_is_eog(vocab, token):
@@ -510,6 +518,33 @@ class LocalProvider(Provider):
                 if chain_ptr is not None:
                     capi.llama_sampler_free(chain_ptr)
             self._release(time.monotonic() - started)
+
+    def _sample_constrained(self, ctx: Any, grammar: Any, free: Any, constrained: Any) -> int:
+        """Sample under the grammar, checking only the best candidates when one of them fits.
+
+        The grammar decides among the ``_SHORTLIST`` highest logits, then the usual chain samples
+        from what is left. Only when none of them fits does the grammar scan the whole vocabulary.
+        """
+        from llama_cpp import llama_cpp as capi
+
+        n_vocab = self._n_vocab
+        logits = np.ctypeslib.as_array(capi.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+        top = np.argpartition(logits, n_vocab - _SHORTLIST)[n_vocab - _SHORTLIST :]
+        cand = np.empty(_SHORTLIST, dtype=_TOKEN_DATA)
+        cand["id"] = top
+        cand["logit"] = logits[top]
+        cand["p"] = 0.0
+        array = capi.llama_token_data_array(
+            cand.ctypes.data_as(capi.llama_token_data_p), _SHORTLIST, -1, False
+        )
+        capi.llama_sampler_apply(grammar, ctypes.byref(array))
+        if np.isneginf(cand["logit"]).all():
+            # Applies the grammar to every token and advances its state with the choice.
+            return int(capi.llama_sampler_sample(constrained, ctx, -1))
+        capi.llama_sampler_apply(free, ctypes.byref(array))
+        token = int(cand["id"][array.selected])
+        capi.llama_sampler_accept(grammar, token)
+        return token
 
     def _eval_prompt(self, prompt: list[int]) -> None:
         """Evaluate ``prompt``, reusing the KV cache for the prefix it shares with the last sequence."""
