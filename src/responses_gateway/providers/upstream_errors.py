@@ -17,6 +17,7 @@ quota or credit exhausted, billing_error  429     insufficient_quota           i
 529 / 503 / overloaded_error/UNAVAILABLE  503     server_is_overloaded         server_error
 prompt too long for the context window    400     context_length_exceeded      invalid_request_error
 model does not exist                      404     model_not_found              invalid_request_error
+other 404 (a wrong upstream URL)          502     server_error                 server_error
 401/403, API_KEY_INVALID, invalid key     502     upstream_authentication_...  server_error
 other 4xx                                 same    upstream code or             invalid_request_error
                                                   invalid_request_error
@@ -213,8 +214,13 @@ def _classify(status: int, p: _Parsed) -> tuple[int, str, str]:
         (status in (0, 400, 413) or kind == "invalid_request_error") and _CONTEXT.search(p.message)
     ):
         return 400, "context_length_exceeded", "invalid_request_error"
-    if code == "model_not_found" or kind in ("not_found_error", "NOT_FOUND") or status == 404:
+    if code == "model_not_found" or (
+        (kind in ("not_found_error", "NOT_FOUND") or status == 404) and "model" in p.message.lower()
+    ):
         return 404, "model_not_found", "invalid_request_error"
+    if status == 404 or kind in ("not_found_error", "NOT_FOUND"):
+        # Not the model: the gateway's upstream URL is wrong, which the client cannot fix.
+        return 502, "server_error", "server_error"
     if status in (408, 504) or kind == "DEADLINE_EXCEEDED" or kind == "timeout_error":
         return 504, "server_error", "server_error"
     if status == 0 and kind in ("api_error", "server_error", "INTERNAL", ""):
