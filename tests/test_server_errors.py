@@ -229,6 +229,14 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
         _err("Unsupported parameter: 'tools' is not supported with this model.", "tools"),
     ),
     (
+        {"model": "m", "input": "hi", "tool_choice": {"type": "web_search"}},
+        400,
+        _err(
+            "Unsupported parameter: 'tool_choice.type' (web_search) is not supported with this model.",
+            "tool_choice.type",
+        ),
+    ),
+    (
         {"model": "nope", "input": "hi"},
         404,
         _err("The model 'nope' does not exist.", "model", "model_not_found"),

@@ -22,8 +22,13 @@ def check_capabilities(request: ResponseRequest, caps: Capabilities) -> None:
     for i, tool in enumerate(request.tools):
         if tool["type"] not in caps.tool_types:
             raise _unsupported(f"tools[{i}].type", tool["type"])
-    if (isinstance(request.tool_choice, dict) or request.tool_choice == "required") and not caps.tools:
+    choice = request.tool_choice
+    if (isinstance(choice, dict) or choice == "required") and not caps.tools:
         raise _unsupported("tool_choice")
+    # A hosted tool forced by type (``{"type": "web_search"}``) needs that tool type.
+    forced = choice["type"] if isinstance(choice, dict) else None
+    if forced not in (None, "function", "custom", "allowed_tools") and forced not in caps.tool_types:
+        raise _unsupported("tool_choice.type", forced)
     reasoning = request.reasoning or {}
     if not caps.reasoning:
         # ``reasoning: {}`` and explicit nulls ask for nothing; an effort or a summary does.
