@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from typing import Any
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
@@ -66,20 +67,32 @@ def test_runner_run(gateway: Callable[..., Gateway]) -> None:
     _check_second_turn(provider)
 
 
-def test_runner_run_streamed(gateway: Callable[..., Gateway]) -> None:
+def test_runner_run_streamed(
+    gateway: Callable[..., Gateway], assert_valid_stream: Callable[..., None]
+) -> None:
     calls.clear()
     provider = ScriptedProvider(SCRIPT, name="m")
     gw = gateway([provider])
+
+    streams: list[list[dict[str, Any]]] = []
 
     async def run() -> tuple[str, list[str]]:
         result = Runner.run_streamed(_agent(gw), "What's the weather in Paris?")
         deltas: list[str] = []
         async for event in result.stream_events():
-            if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":
+            if event.type != "raw_response_event":
+                continue
+            if event.data.type == "response.created":
+                streams.append([])
+            streams[-1].append(event.data.model_dump(mode="json", exclude_unset=True))
+            if event.data.type == "response.output_text.delta":
                 deltas.append(event.data.delta)
         return str(result.final_output), deltas
 
     final, deltas = asyncio.run(run())
+    assert len(streams) == 2
+    for events in streams:
+        assert_valid_stream(events)
     assert final == "It is sunny in Paris."
     assert deltas == ["It is ", "sunny in Paris."]
     assert calls == ["Paris"]

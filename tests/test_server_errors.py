@@ -308,7 +308,9 @@ def test_unknown_route_and_wrong_method(gw: Gateway) -> None:
     assert httpx.get(gw.url("/health")).json()["status"] == "ok"
 
 
-def test_unexpected_exception_is_generic_and_leaks_nothing(gateway: Callable[..., Gateway]) -> None:
+def test_unexpected_exception_is_generic_and_leaks_nothing(
+    gateway: Callable[..., Gateway], assert_valid_stream: Callable[..., None]
+) -> None:
     secret = "sk-very-secret-token"
     gw = gateway(
         [
@@ -321,6 +323,7 @@ def test_unexpected_exception_is_generic_and_leaks_nothing(gateway: Callable[...
     assert secret not in response.text
     assert response.json()["error"]["code"] == "server_error"
     events = stream_events(gw.url("/v1/responses"), {"model": "late", "input": "hi", "stream": True})
+    assert_valid_stream(events)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "server_error"
     assert secret not in str(events)

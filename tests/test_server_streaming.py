@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from conftest import Gateway, decode_sse, stream_events
+from responses_gateway.protocol.checker import check
 from responses_gateway.protocol.sse import encode_event
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.server.app import GatewayApp
@@ -70,6 +71,7 @@ def test_one_body_message_per_provider_yield_with_exact_frames() -> None:
     ]
     # Every frame is exactly what protocol.sse.encode_event writes.
     events = [e for m in bodies for e in decode_sse(m["body"])]
+    assert not check(events, profile="strict-spec")
     assert b"".join(m["body"] for m in bodies) == b"".join(encode_event(e) for e in events)
 
 
@@ -99,10 +101,13 @@ def test_keepalive_ping(gateway: Callable[..., Gateway], assert_valid_stream: Ca
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
 
-def test_keepalive_comment_and_off(gateway: Callable[..., Gateway]) -> None:
+def test_keepalive_comment_and_off(
+    gateway: Callable[..., Gateway], assert_valid_stream: Callable[..., None]
+) -> None:
     comment = gateway([ScriptedProvider(SLOW, name="m")], keepalive="comment", keepalive_interval=0.1)
     raw = httpx.post(comment.url("/v1/responses"), json=BODY, timeout=10).content
     assert raw.count(b": keepalive\n\n") >= 2
+    assert_valid_stream(decode_sse(raw))
     plain = [e["type"] for e in decode_sse(raw)]
     off = gateway([ScriptedProvider(SLOW, name="m")], keepalive="off", keepalive_interval=0.1)
     raw_off = httpx.post(off.url("/v1/responses"), json=BODY, timeout=10).content
@@ -111,11 +116,14 @@ def test_keepalive_comment_and_off(gateway: Callable[..., Gateway]) -> None:
     assert plain.count("response.in_progress") == 1
 
 
-def test_no_keepalive_when_events_flow(gateway: Callable[..., Gateway]) -> None:
+def test_no_keepalive_when_events_flow(
+    gateway: Callable[..., Gateway], assert_valid_stream: Callable[..., None]
+) -> None:
     steps = [{"message": ["x"]}] + [{"sleep": 0.03}, {"message": ["y"]}] * 8
     gw = gateway([ScriptedProvider(steps, name="m")], keepalive_interval=0.1)
-    types = [e["type"] for e in stream_events(gw.url("/v1/responses"), BODY)]
-    assert types.count("response.in_progress") == 1
+    events = stream_events(gw.url("/v1/responses"), BODY)
+    assert_valid_stream(events)
+    assert [e["type"] for e in events].count("response.in_progress") == 1
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
