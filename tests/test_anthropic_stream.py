@@ -18,7 +18,9 @@ from responses_gateway.protocol.accumulator import accumulate
 from responses_gateway.protocol.checker import check
 from responses_gateway.protocol.sse import SSEDecoder
 from responses_gateway.providers.anthropic import AnthropicProvider, decode_reasoning_state
-from upstream_mock import UpstreamMock, drive, fixture_reply, json_reply
+from test_anthropic_errors import start as message_start
+from test_anthropic_errors import text_block
+from upstream_mock import UpstreamMock, drive, encode_chunks, fixture_reply, json_reply, stream_reply
 
 STREAMS = list_fixtures("anthropic-messages__", suffixes=(".sse", ".chunks.jsonl"))
 PAUSE = "anthropic-messages__pause-turn-many-web-searches-thinking__pydantic-pydantic-ai.sse"
@@ -348,3 +350,105 @@ def test_non_streamed_message_body_is_translated(upstream: UpstreamMock, name: s
     ]
     cited = [c for b in blocks if b["type"] == "text" for c in b.get("_citations", [])]
     assert len(annotations) == len(cited)
+
+
+def _json_delta(index: int, fragment: str) -> dict[str, Any]:
+    return {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "input_json_delta", "partial_json": fragment},
+    }
+
+
+def _block(index: int, block: dict[str, Any], *partial_json: str) -> list[dict[str, Any]]:
+    deltas = [
+        {
+            "type": "content_block_delta",
+            "index": index,
+            "delta": {"type": "input_json_delta", "partial_json": p},
+        }
+        for p in partial_json
+    ]
+    return [
+        {"type": "content_block_start", "index": index, "content_block": block},
+        *deltas,
+        {"type": "content_block_stop", "index": index},
+    ]
+
+
+def _finish(stop: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 5}},
+        {"type": "message_stop"},
+    ]
+
+
+def _replay_events(
+    upstream: UpstreamMock, events: list[dict[str, Any]], body: dict[str, Any]
+) -> list[dict[str, Any]]:
+    upstream.reset([stream_reply(encode_chunks(events, "anthropic"), split=True, max_piece=7, delay=0)])
+    provider = AnthropicProvider(base_url=upstream.url, api_key="k")
+    out = asyncio.run(drive(provider, body))
+    assert check(out) == []
+    return out
+
+
+def test_custom_tool_use_becomes_custom_tool_call(upstream: UpstreamMock) -> None:
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch"
+    encoded = orjson.dumps({"input": patch}).decode()
+    events = [
+        message_start(),
+        *_block(0, {"type": "tool_use", "id": "toolu_p", "name": "apply_patch", "input": {}}, "", encoded[:9],
+                encoded[9:]),
+        *_finish("tool_use"),
+    ]  # fmt: skip
+    body = {"model": "claude", "input": "patch it", "tools": [{"type": "custom", "name": "apply_patch"}]}
+    out = _replay_events(upstream, events, body)
+    (call,) = out[-1]["response"]["output"]
+    assert call["type"] == "custom_tool_call"
+    assert (call["call_id"], call["name"], call["input"]) == ("toolu_p", "apply_patch", patch)
+    done = next(e for e in out if e["type"] == "response.custom_tool_call_input.done")
+    assert done["input"] == patch
+
+
+def test_failed_web_search_and_mcp_error(upstream: UpstreamMock) -> None:
+    events = [
+        message_start(),
+        *_block(0, {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}},
+                '{"query":"x"}'),
+        *_block(1, {"type": "web_search_tool_result", "tool_use_id": "srv_1",
+                    "content": {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"}}),
+        *_block(2, {"type": "mcp_tool_use", "id": "mcp_1", "name": "lookup", "server_name": "docs",
+                    "input": {}}, '{"q":', '"y"}'),
+        *_block(3, {"type": "mcp_tool_result", "tool_use_id": "mcp_1", "is_error": True,
+                    "content": [{"type": "text", "text": "boom"}]}),
+        *text_block(4, "Sorry."),
+        *_finish("end_turn"),
+    ]  # fmt: skip
+    out = _replay_events(upstream, events, {"model": "claude", "input": "q"})
+    search, mcp, message = out[-1]["response"]["output"]
+    assert (search["status"], search["action"]) == ("failed", {"type": "search", "query": "x"})
+    assert (mcp["type"], mcp["status"], mcp["arguments"], mcp["error"]) == (
+        "mcp_call",
+        "failed",
+        '{"q":"y"}',
+        "boom",
+    )
+    assert mcp["server_label"] == "docs"
+    assert "response.mcp_call.failed" in [e["type"] for e in out]
+    assert message["content"][0]["text"] == "Sorry."
+
+
+def test_max_tokens_inside_a_tool_call_leaves_it_incomplete(upstream: UpstreamMock) -> None:
+    events = [
+        message_start(),
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "tool_use", "id": "toolu_t", "name": "f", "input": {}}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": '{"a": "x'}},
+        *_finish("max_tokens"),
+    ]  # fmt: skip
+    out = _replay_events(upstream, events, {"model": "claude", "input": "q"})
+    assert out[-1]["type"] == "response.incomplete"
+    (call,) = out[-1]["response"]["output"]
+    assert (call["status"], call["arguments"]) == ("incomplete", '{"a": "x')
