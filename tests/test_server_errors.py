@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from conftest import Gateway, stream_events
-from responses_gateway.providers.base import Capabilities
+from responses_gateway.providers.base import Capabilities, ProviderError
 from responses_gateway.providers.scripted import ScriptedProvider
 
 
@@ -345,3 +345,22 @@ def test_api_keys(gateway: Callable[..., Gateway]) -> None:
     assert httpx.get(gw.url("/v1/models")).status_code == 401
     # Health stays open for load balancers.
     assert httpx.get(gw.url("/health")).status_code == 200
+
+
+def test_failures_outside_the_stream_keep_the_error_shape(gateway: Callable[..., Gateway]) -> None:
+    class RefusesAtCall(ScriptedProvider):
+        def stream(self, request: Any, builder: Any) -> Any:
+            raise ProviderError("Payment required upstream.", status=402, code="insufficient_quota")
+
+    class BuggyCheck(ScriptedProvider):
+        def check_request(self, request: Any) -> None:
+            raise KeyError("sk-hidden")
+
+    gw = gateway([RefusesAtCall([], name="call"), BuggyCheck([], name="check")])
+    refused = httpx.post(gw.url("/v1/responses"), json={"model": "call", "input": "hi", "stream": True})
+    assert refused.status_code == 402
+    assert refused.json() == _err("Payment required upstream.", None, "insufficient_quota", "server_error")
+    buggy = httpx.post(gw.url("/v1/responses"), json={"model": "check", "input": "hi"})
+    assert buggy.status_code == 500
+    assert buggy.json()["error"]["code"] == "server_error"
+    assert "sk-hidden" not in buggy.text

@@ -6,6 +6,7 @@ fixed, so a dict lookup on ``(method, path)`` is all the routing needed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -20,7 +21,7 @@ from .capabilities import check_capabilities
 from .config import ServerConfig
 from .errors import HTTPError, send_error, send_json
 from .registry import ModelRegistry
-from .streaming import respond_json, respond_stream
+from .streaming import GENERIC_FAILURE, respond_json, respond_stream
 from .types import Receive, Scope, Send
 
 __all__ = ["GatewayApp"]
@@ -94,6 +95,13 @@ class GatewayApp:
             await handler(scope, receive, send)
         except HTTPError as exc:
             await send_error(send, exc)
+        except Exception:
+            # A bug, not a client error: log it, answer in OpenAI's shape, reveal nothing.
+            log.exception("unhandled error on %s %s", method, path)
+            with contextlib.suppress(Exception):
+                await send_error(
+                    send, HTTPError(500, GENERIC_FAILURE, type="server_error", code="server_error")
+                )
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.config.max_body_bytes

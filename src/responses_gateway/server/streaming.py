@@ -183,9 +183,9 @@ async def respond_stream(
     keepalive_interval: float,
 ) -> None:
     """Stream ``provider``'s response as SSE; raise HTTPError if it fails before the first yield."""
+    agen = _open(provider, request, builder)
     watch = ClientWatch(receive)
     relay = _Relay(send, builder, keepalive, keepalive_interval)
-    agen = provider.stream(request, builder)
     started = ended = False
 
     async def end(body: bytes) -> None:
@@ -247,6 +247,16 @@ async def respond_stream(
         await _close(agen)
 
 
+def _open(provider: Provider, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+    """Call ``provider.stream``; a provider that fails in the call itself fails like one that fails later."""
+    try:
+        return provider.stream(request, builder)
+    except ProviderError as exc:
+        raise HTTPError.from_provider_error(exc) from None
+    except Exception:
+        raise _internal(provider) from None
+
+
 async def _close(agen: AsyncIterator[None]) -> None:
     aclose = getattr(agen, "aclose", None)
     if aclose is None:
@@ -266,8 +276,8 @@ async def respond_json(
     (500 for ``server_error``, 429 for ``rate_limit_exceeded``…), as OpenAI answers a failed
     synchronous request; ``completed`` and ``incomplete`` responses are 200.
     """
+    agen = _open(provider, request, builder)
     watch = ClientWatch(receive)
-    agen = provider.stream(request, builder)
     try:
         try:
             async for _ in agen:
