@@ -80,6 +80,8 @@ def expected_items(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for block in blocks:
         kind = block["type"]
         if kind == "text":
+            if not block["text"]:
+                continue
             if not last_text:
                 out.append({"type": "message", "text": ""})
             out[-1]["text"] += block["text"]
@@ -452,3 +454,17 @@ def test_max_tokens_inside_a_tool_call_leaves_it_incomplete(upstream: UpstreamMo
     assert out[-1]["type"] == "response.incomplete"
     (call,) = out[-1]["response"]["output"]
     assert (call["status"], call["arguments"]) == ("incomplete", '{"a": "x')
+
+
+def test_empty_text_block_leaves_no_empty_message(upstream: UpstreamMock) -> None:
+    events = [
+        message_start(),
+        *text_block(0),
+        *_block(1, {"type": "tool_use", "id": "toolu_e", "name": "f", "input": {}}, ""),
+        *text_block(2, "", "after"),
+        *_finish("end_turn"),
+    ]
+    out = _replay_events(upstream, events, {"model": "claude", "input": "q"})
+    call, message = out[-1]["response"]["output"]
+    assert (call["type"], call["arguments"]) == ("function_call", "{}")
+    assert message["content"] == [{"type": "output_text", "annotations": [], "logprobs": [], "text": "after"}]

@@ -623,11 +623,8 @@ class _Turn:
         state = _Block(kind, raw)
         self.blocks[index] = state
         if kind == "text":
-            if self.message is None:
-                self.message = self.b.open_message()
-                self.text_len = 0
-                self._touch()
-            state.start = self.text_len
+            # The message opens with the first text, so an empty text block leaves no empty item.
+            state.start = self.text_len if self.message is not None else 0
             raw["text"] = ""
             raw.pop("citations", None)
             if block.get("text"):
@@ -709,8 +706,12 @@ class _Turn:
                 self._touch()
 
     def _text(self, state: _Block, text: str) -> None:
-        if not text or self.message is None:
+        if not text:
             return
+        if self.message is None:
+            self.message = self.b.open_message()
+            self.text_len = 0
+            state.start = 0
         state.raw["text"] += text
         self.b.text_delta(self.message, text)
         self.text_len += len(text)
@@ -827,7 +828,7 @@ class _Turn:
         self._touch()
 
     def _annotate(self, state: _Block) -> None:
-        if self.message is None:
+        if self.message is None or not state.raw["text"]:
             return
         for citation in state.citations:
             url = citation.get("url")
