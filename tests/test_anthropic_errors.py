@@ -143,6 +143,7 @@ def test_error_event_mid_stream_fails_the_response(upstream: UpstreamMock) -> No
     assert failed["error"] == {"code": "server_is_overloaded", "message": "Overloaded"}
     assert failed["output"][0]["status"] == "incomplete"
     assert failed["output"][0]["content"][0]["text"] == "Hello wor"
+    assert failed["usage"]["input_tokens"] == 10
 
 
 def test_stream_cut_before_message_stop_fails(upstream: UpstreamMock) -> None:

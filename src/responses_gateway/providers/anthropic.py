@@ -580,6 +580,16 @@ class _Turn:
         for i, value in enumerate(_usage_totals(self.usage)):
             self.totals[i] += value
 
+    def apply_usage(self, *, partial: bool = False) -> None:
+        """Report the usage of every upstream call; ``partial`` adds the call that broke off."""
+        totals = list(self.totals)
+        if partial:
+            totals = [a + b for a, b in zip(totals, _usage_totals(self.usage), strict=True)]
+        inp, out, cached, written, thinking = totals
+        self.b.set_usage(
+            inp, out, cached_tokens=cached, reasoning_tokens=thinking, cache_write_tokens=written
+        )
+
     def _touch(self) -> None:
         self.emitted = True
         self.dirty = True
@@ -863,10 +873,7 @@ class _Turn:
             else:
                 self.b.close_item(item, status="incomplete")
         self.server_calls.clear()
-        inp, out, cached, written, thinking = self.totals
-        self.b.set_usage(
-            inp, out, cached_tokens=cached, reasoning_tokens=thinking, cache_write_tokens=written
-        )
+        self.apply_usage()
         reason = self.stop_reason
         if reason == "refusal":
             details = self.stop_details if isinstance(self.stop_details, dict) else {}
@@ -1045,6 +1052,8 @@ class AnthropicProvider(Provider):
             except ProviderError as exc:
                 if not turn.emitted:
                     raise
+                # What the upstream billed before it failed is still worth reporting.
+                turn.apply_usage(partial=True)
                 builder.fail(exc.code or "server_error", exc.message)
                 yield
                 return
