@@ -75,20 +75,18 @@ class ModelRegistry:
                 log.info("loading model %s", name)
                 started = time.perf_counter()
                 # Loading weights takes seconds: keep the event loop serving other requests meanwhile.
-                entry.provider = await asyncio.to_thread(entry.factory)
+                provider = await asyncio.to_thread(entry.factory)
+                await _load(provider)
+                entry.provider = provider
                 log.info("model %s ready in %.1f s", name, time.perf_counter() - started)
         return entry.provider
 
     async def preload(self) -> None:
-        """Build every lazy provider now (at startup) and load weights of those with a ``load()``."""
+        """Build and load every model now (at start-up) instead of on its first request."""
         for name in self.names():
             provider = await self.get(name)
-            load = getattr(provider, "load", None)
-            if callable(load):
-                log.info("loading the weights of %s", name)
-                started = time.perf_counter()
-                await asyncio.to_thread(load)
-                log.info("%s loaded in %.1f s", name, time.perf_counter() - started)
+            if provider is not None:
+                await _load(provider)
 
     def models(self) -> list[dict[str, object]]:
         """The ``data`` of ``GET /v1/models``, in OpenAI's Model shape."""
@@ -111,6 +109,13 @@ class ModelRegistry:
                     await entry.provider.aclose()
                 except Exception:
                     log.exception("closing model %s failed", entry.name)
+
+
+async def _load(provider: Provider) -> None:
+    # Providers with weights (the embedded model) expose an idempotent blocking ``load()``.
+    load = getattr(provider, "load", None)
+    if callable(load):
+        await asyncio.to_thread(load)
 
 
 def default_registry(*, local: bool = True, model_path: str | None = None) -> ModelRegistry:
