@@ -3,7 +3,8 @@
 ``gateway(registry_or_providers, **server_config)`` starts uvicorn (uvloop + httptools, as ``serve``
 runs it) in a background thread and returns a :class:`Gateway` with ``base_url`` (``…/v1``, for SDKs)
 and ``url(path)``; every server started is stopped at teardown. ``assert_valid_stream(events)`` runs
-``protocol.checker.check`` in both profiles and fails with the violations listed.
+``protocol.checker.check`` in both profiles and fails with the violations listed (also importable as
+``from conftest import check_stream``).
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ def stream_events(
         return decode_sse(response.content)
 
 
-def _assert_valid_stream(events: list[dict[str, Any]], *, strict: bool = True) -> None:
+def check_stream(events: list[dict[str, Any]], *, strict: bool = True) -> None:
+    """Assert that ``events`` pass protocol.checker (``openai`` profile, and ``strict-spec`` if strict)."""
     # The strict Open Responses profile knows only core items and ``response.reasoning.*`` raw
     # reasoning; streams with extension items (custom tool calls, reasoning_text) pass strict=False.
     for profile in ("openai", "strict-spec") if strict else ("openai",):
@@ -138,7 +140,11 @@ def _assert_valid_stream(events: list[dict[str, Any]], *, strict: bool = True) -
         assert not violations, f"{profile}: " + "\n".join(str(v) for v in violations)
 
 
+# Kept for modules that imported the first name.
+_assert_valid_stream = check_stream
+
+
 @pytest.fixture
 def assert_valid_stream() -> Callable[..., None]:
     """``assert_valid_stream(events, strict=True)``: the stream passes protocol.checker."""
-    return _assert_valid_stream
+    return check_stream
