@@ -468,3 +468,26 @@ def test_empty_text_block_leaves_no_empty_message(upstream: UpstreamMock) -> Non
     call, message = out[-1]["response"]["output"]
     assert (call["type"], call["arguments"]) == ("function_call", "{}")
     assert message["content"] == [{"type": "output_text", "annotations": [], "logprobs": [], "text": "after"}]
+
+
+def test_tool_names_with_dots_are_mapped_both_ways(upstream: UpstreamMock) -> None:
+    events = [
+        message_start(),
+        *_block(0, {"type": "tool_use", "id": "toolu_d", "name": "fs_read", "input": {}}, '{"p":1}'),
+        *_finish("tool_use"),
+    ]
+    tools = [{"type": "function", "name": "fs.read"}]
+    history = [{"type": "function_call", "call_id": "toolu_0", "name": "fs.read", "arguments": "{}"}]
+    body = {
+        "model": "claude",
+        "input": history,
+        "tools": tools,
+        "tool_choice": {"type": "function", "name": "fs.read"},
+    }
+    out = _replay_events(upstream, events, body)
+    (call,) = out[-1]["response"]["output"]
+    assert (call["name"], call["arguments"]) == ("fs.read", '{"p":1}')
+    sent = upstream.requests[0].json
+    assert sent["tools"][0]["name"] == "fs_read"
+    assert sent["tool_choice"] == {"type": "tool", "name": "fs_read"}
+    assert sent["messages"][0]["content"][0]["name"] == "fs_read"

@@ -162,6 +162,11 @@ def _tool_id(call_id: Any) -> str:
     return _TOOL_ID_BAD.sub("_", text)
 
 
+def _wire_name(name: Any) -> str:
+    """A tool name in the form Anthropic accepts (``^[a-zA-Z0-9_-]{1,128}$``); Responses also allows dots."""
+    return _TOOL_ID_BAD.sub("_", str(name))[:128]
+
+
 def _data_url(url: str) -> tuple[str, str] | None:
     match = _DATA_URL.match(url)
     if match is None:
@@ -292,7 +297,7 @@ def _convert_input(items: list[JSON], sealer: Sealer | None) -> tuple[list[str],
             call = {
                 "type": "tool_use",
                 "id": _tool_id(item.get("call_id")),
-                "name": item.get("name", ""),
+                "name": _wire_name(item.get("name", "")),
                 "input": _tool_input(item.get("arguments")),
             }
             out.add("assistant", [call])
@@ -300,7 +305,7 @@ def _convert_input(items: list[JSON], sealer: Sealer | None) -> tuple[list[str],
             call = {
                 "type": "tool_use",
                 "id": _tool_id(item.get("call_id")),
-                "name": item.get("name", ""),
+                "name": _wire_name(item.get("name", "")),
                 "input": {"input": item.get("input", "")},
             }
             out.add("assistant", [call])
@@ -318,7 +323,7 @@ def _convert_input(items: list[JSON], sealer: Sealer | None) -> tuple[list[str],
 
 
 def _function_tool(tool: JSON, strict: bool) -> JSON:
-    out: JSON = {"name": tool["name"]}
+    out: JSON = {"name": _wire_name(tool["name"])}
     if tool.get("description"):
         out["description"] = tool["description"]
     params = tool.get("parameters")
@@ -337,7 +342,7 @@ def _custom_tool(tool: JSON) -> JSON:
         # Anthropic has no grammar-constrained input; the grammar is given to the model as guidance.
         texts.append(f"The input must match this {fmt.get('syntax')} grammar:\n{fmt.get('definition', '')}")
     description = "\n\n".join(t for t in texts if t)
-    out: JSON = {"name": tool["name"]}
+    out: JSON = {"name": _wire_name(tool["name"])}
     if description:
         out["description"] = description
     out["input_schema"] = {
@@ -371,7 +376,7 @@ def _tool_choice(choice: str | JSON, parallel: bool) -> tuple[JSON | None, set[s
     if isinstance(choice, str):
         out = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
     elif choice["type"] in ("function", "custom"):
-        out = {"type": "tool", "name": choice["name"]}
+        out = {"type": "tool", "name": _wire_name(choice["name"])}
     elif choice["type"] in WEB_SEARCH_TOOLS:
         out = {"type": "tool", "name": "web_search"}
     elif choice["type"] == "allowed_tools":
@@ -553,6 +558,8 @@ class _Turn:
         self.sealer = sealer
         self.thinking_output = thinking_output
         self.custom_tools = {t["name"] for t in request.tools if t.get("type") == "custom"}
+        # Names changed on the way up (dots…) are restored on the way back.
+        self.tool_names = {_wire_name(t["name"]): t["name"] for t in request.tools if t.get("name")}
         self.include_sources = "web_search_call.action.sources" in request.include
         self.emitted = False  # any builder call made (then errors end the stream instead of raising)
         self.dirty = False  # builder calls since the last yield
@@ -654,6 +661,7 @@ class _Turn:
             state.item = self.b.open_reasoning(encrypted_content=encode_reasoning_state(data, self.sealer))
         elif kind == "tool_use":
             name = str(block.get("name", ""))
+            name = self.tool_names.get(name, name)
             call_id = str(block.get("id", "")) or None
             if name in self.custom_tools:
                 state.kind = "custom_tool_use"
