@@ -198,3 +198,13 @@ def test_models_list(gateway: Callable[..., Gateway]) -> None:
     assert client.models.retrieve("b").id == "b"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("nope")
+
+
+def test_stream_helper_tolerates_keepalives(gateway: Callable[..., Gateway]) -> None:
+    script = [{"message": ["a"]}, {"sleep": 0.35}, {"message": ["b"]}]
+    client = _client(gateway([ScriptedProvider(script, name="m")], keepalive_interval=0.1))
+    with client.responses.stream(model="m", input="hi") as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert types.count("response.in_progress") >= 2
+    assert final.output_text == "ab"
