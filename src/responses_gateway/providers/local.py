@@ -303,7 +303,8 @@ class LocalProvider(Provider):
         return piece
 
     async def aclose(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        # Waits for the running generation, which stops at its next token once its client is gone.
+        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
         if self._llm is not None:
             self._llm.close()
             self._llm = None
