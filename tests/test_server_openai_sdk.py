@@ -153,6 +153,7 @@ def test_failure_mid_stream_ends_with_response_failed(
     with pytest.raises(openai.RateLimitError) as info:
         client.responses.create(model="m", input="hi")
     assert info.value.code == "rate_limit_exceeded"
+    assert info.value.type == "rate_limit_exceeded"
 
 
 def test_incomplete_response(

@@ -228,11 +228,15 @@ class ScriptedProvider(Provider):
                 if action == "sleep":
                     await asyncio.sleep(value)
                 elif action == "error":
+                    status = int(value.get("status", 500))
+                    code = value.get("code", "server_error")
+                    # OpenAI's convention: 5xx are server_error, 429s are typed by their code.
+                    default_type = "server_error" if status >= 500 else code if status == 429 else None
                     raise ProviderError(
                         str(value.get("message", "Scripted upstream error.")),
-                        status=int(value.get("status", 500)),
-                        code=value.get("code", "server_error"),
-                        type=str(value.get("type", "server_error")),
+                        status=status,
+                        code=code,
+                        type=str(value.get("type") or default_type or "invalid_request_error"),
                         param=value.get("param"),
                         retry_after=value.get("retry_after"),
                     )

@@ -295,12 +295,10 @@ async def respond_json(
         if response["status"] == "failed":
             error = response["error"] or {}
             code = error.get("code")
-            raise HTTPError(
-                status_for_code(code),
-                error.get("message") or GENERIC_FAILURE,
-                type="server_error" if status_for_code(code) >= 500 else "invalid_request_error",
-                code=code,
-            )
+            status = status_for_code(code)
+            # OpenAI's error types: quota and rate errors are typed by their code (as in its 429s).
+            etype = {429: str(code)}.get(status, "server_error" if status >= 500 else "invalid_request_error")
+            raise HTTPError(status, error.get("message") or GENERIC_FAILURE, type=etype, code=code)
         body = orjson.dumps(response)
         watch.close()
         await send(
