@@ -7,9 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from responses_gateway.protocol.request import RequestError, parse_request
+from responses_gateway.protocol.request import FIELDS, RequestError, parse_request
 from responses_gateway.protocol.response import new_response
+from responses_gateway.providers.base import Capabilities
+from responses_gateway.providers.scripted import DEFAULT_CAPABILITIES
+from responses_gateway.server.capabilities import check_capabilities
 from responses_gateway.server.run import add_serve_arguments, build_app, serve
 
 # The shape of a Codex CLI turn (client-requirements.md): every field and tool type it sends.
@@ -212,3 +217,48 @@ def test_serve_arguments_and_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     # Nothing to serve is a usage error, reported before binding a port.
     assert serve(parser.parse_args(["--no-local"])) == 2
     assert serve(parser.parse_args(["--no-local", "--script", str(tmp_path / "missing.yaml")])) == 2
+
+
+TYPICAL_KEYS = [
+    "type",
+    "role",
+    "content",
+    "text",
+    "name",
+    "call_id",
+    "output",
+    "arguments",
+    "format",
+    "summary",
+]
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 40)
+    | st.floats(-3, 3)
+    | st.sampled_from(["", "user", "function", "x"]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(TYPICAL_KEYS), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(FIELDS)), _json, max_size=6))
+def test_any_body_is_accepted_or_refused_cleanly(body: dict[str, Any]) -> None:
+    body.setdefault("model", "m")
+    try:
+        req = parse_request(body)
+    except RequestError as exc:
+        assert exc.status == 400
+        assert exc.param is None or isinstance(exc.param, str)
+        return
+    # What is accepted is normalized: every input item is an object with a type.
+    assert all(isinstance(item, dict) and isinstance(item.get("type"), str) for item in req.input)
+    new_response("m", **req.echo())
+    for caps in (Capabilities(), DEFAULT_CAPABILITIES):
+        try:
+            check_capabilities(req, caps)
+        except RequestError as exc:
+            assert exc.param

@@ -177,3 +177,32 @@ def test_provider_returning_unfinished_fails_the_stream(
     response = httpx.post(gw.url("/v1/responses"), json={"model": "m", "input": "hi"})
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "server_error"
+
+
+def test_concurrent_streams_do_not_mix(gateway: Callable[..., Gateway]) -> None:
+    provider = ScriptedProvider(
+        {
+            "turns": [
+                {"when": {"text_contains": f"n{i}"}, "steps": [{"message": [f"r{i}-", "a"]}, {"sleep": 0.05}]}
+                for i in range(6)
+            ]
+        },
+        name="m",
+    )
+    gw = gateway([provider])
+
+    async def one(client: httpx.AsyncClient, i: int) -> tuple[int, list[dict[str, Any]]]:
+        response = await client.post(gw.url("/v1/responses"), json={**BODY, "input": f"n{i}"})
+        return i, decode_sse(response.content)
+
+    async def main() -> list[tuple[int, list[dict[str, Any]]]]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            return await asyncio.gather(*(one(client, i) for i in range(6)))
+
+    results = asyncio.run(main())
+    ids = set()
+    for i, events in results:
+        assert not check(events)
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == f"r{i}-a"
+        ids.add(events[-1]["response"]["id"])
+    assert len(ids) == 6
