@@ -1,0 +1,876 @@
+"""Chat Completions back end: any ``POST /chat/completions`` server behind the Responses API.
+
+One provider serves OpenAI, Azure, vLLM, Ollama, llama.cpp server, LM Studio, OpenRouter, DeepSeek,
+Groq, xAI, Mistral and the like. The request is translated by :func:`build_chat_body` (the
+:class:`ChatDialect` holds what differs between those servers); the streamed chunks drive the
+:class:`StreamBuilder` through :class:`ChatTranslator`. docs/providers/openai-chat.md describes every
+mapping and judgment call; the short version:
+
+- ``delta.content`` (a string, or Mistral's array of ``text``/``thinking`` parts) -> message text;
+  ``delta.refusal`` -> a refusal part; ``delta.annotations`` (OpenRouter) -> ``url_citation``.
+- ``reasoning_content`` (DeepSeek, llama.cpp, xAI, Z.ai), ``reasoning`` (vLLM, Ollama, Groq,
+  OpenRouter) and ``reasoning_details`` (OpenRouter) -> one reasoning item whose summary streams the
+  text. The text, the field it came in and OpenRouter's details (with their signatures) travel in
+  ``encrypted_content`` and go back in the same field next turn (DeepSeek refuses tool loops without
+  its ``reasoning_content``).
+- tool-call fragments are keyed by ``index``; a new ``id`` at a known index starts a new call (servers
+  that repeat index 0); the name is set once; a call whose name comes later waits for it.
+- nothing is final before ``[DONE]`` (or the end of the body): usage arrives after ``finish_reason``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import orjson
+
+from ..protocol.builder import Item, StreamBuilder
+from ..protocol.request import JSON, ResponseRequest
+from ..protocol.sse import SSEDecoder
+from .base import Capabilities, Provider, ProviderError
+from .transport import Timeouts, Transport
+from .upstream_errors import from_error_payload, from_http, redact_url
+
+__all__ = [
+    "ChatDialect",
+    "ChatTranslator",
+    "OpenAIChatProvider",
+    "build_chat_body",
+    "completion_chunks",
+    "decode_reasoning_state",
+    "encode_reasoning_state",
+]
+
+log = logging.getLogger("responses_gateway.openai_chat")
+
+ReasoningOutput = Literal["summary", "reasoning_text", "none"]
+ReasoningField = Literal["reasoning_content", "reasoning", "reasoning_details"]
+MaxTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
+EffortStyle = Literal["reasoning_effort", "reasoning", "none"]
+Passback = Literal["auto", "reasoning_content", "reasoning", "none"]
+
+_STATE_PREFIX = "rgchat1."
+_REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning")
+# Hosts whose servers understand only max_completion_tokens for reasoning models (and accept it for all).
+_COMPLETION_TOKENS_HOSTS = ("api.openai.com", ".openai.azure.com", ".azure.com")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDialect:
+    """What differs between Chat Completions servers; the defaults suit OpenAI and most others."""
+
+    # Role of the leading instructions message ("developer" for OpenAI reasoning models if preferred).
+    system_role: Literal["system", "developer"] = "system"
+    # "auto": max_completion_tokens for OpenAI/Azure hosts, max_tokens for everything else.
+    max_tokens_field: MaxTokensField = "auto"
+    # How reasoning.effort is sent: OpenAI/DeepSeek/Groq/xAI take reasoning_effort; OpenRouter and
+    # Ollama take reasoning: {effort}.
+    effort_style: EffortStyle = "reasoning_effort"
+    # Reasoning sent back on assistant turns: "auto" uses the field it arrived in (only for reasoning
+    # this gateway produced); a field name always sends the text there; "none" drops it.
+    reasoning_passback: Passback = "auto"
+    # Some servers reject stream_options.
+    include_usage: bool = True
+    # Merged into every request body last (e.g. {"options": {...}} for Ollama, provider routing).
+    extra_body: JSON = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------- reasoning state
+def encode_reasoning_state(state: JSON) -> str:
+    """``encrypted_content`` for reasoning from a chat upstream: its text, field and details, enveloped."""
+    return _STATE_PREFIX + base64.urlsafe_b64encode(orjson.dumps(state)).decode("ascii").rstrip("=")
+
+
+def decode_reasoning_state(value: Any) -> JSON | None:
+    """The state inside an ``encrypted_content`` this module produced, else None (another back end's)."""
+    if not isinstance(value, str) or not value.startswith(_STATE_PREFIX):
+        return None
+    raw = value[len(_STATE_PREFIX) :]
+    try:
+        state = orjson.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _reasoning_text_of(item: JSON) -> str:
+    parts = [s.get("text", "") for s in item.get("summary") or [] if isinstance(s, dict)]
+    if not any(parts):
+        parts = [c.get("text", "") for c in item.get("content") or [] if isinstance(c, dict)]
+    return "\n\n".join(p for p in parts if isinstance(p, str) and p)
+
+
+# ---------------------------------------------------------------------------------------- request
+def _unsupported(message: str, param: str) -> ProviderError:
+    return ProviderError(
+        message, status=400, code="unsupported_parameter", type="invalid_request_error", param=param
+    )
+
+
+def _text_of(parts: list[JSON]) -> str:
+    return "".join(str(p.get("text", "")) for p in parts if p.get("type") in ("input_text", "output_text"))
+
+
+def _user_content(parts: list[JSON], param: str) -> str | list[JSON]:
+    """A user turn's content: a plain string when it is one text part (every server takes that)."""
+    if len(parts) == 1 and parts[0].get("type") == "input_text":
+        return str(parts[0].get("text", ""))
+    out: list[JSON] = []
+    for j, part in enumerate(parts):
+        kind = part.get("type")
+        if kind in ("input_text", "output_text"):
+            out.append({"type": "text", "text": str(part.get("text", ""))})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise _unsupported(
+                    "Images by file_id are not supported by this back end; send image_url.",
+                    f"{param}[{j}].file_id",
+                )
+            image: JSON = {"url": url}
+            if part.get("detail") in ("low", "high"):
+                image["detail"] = part["detail"]
+            out.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            file: JSON = {}
+            for key in ("file_data", "file_id", "filename"):
+                if isinstance(part.get(key), str):
+                    file[key] = part[key]
+            if not ({"file_data", "file_id"} & set(file)):
+                raise _unsupported(
+                    "Files by URL are not supported by Chat Completions; send file_data.",
+                    f"{param}[{j}].file_url",
+                )
+            out.append({"type": "file", "file": file})
+    return out
+
+
+def _tool_output(output: Any, param: str) -> str | list[JSON]:
+    if isinstance(output, str):
+        return output
+    parts = [p for p in output if isinstance(p, dict)] if isinstance(output, list) else []
+    if all(p.get("type") == "input_text" for p in parts):
+        return _text_of(parts)
+    content = _user_content(parts, param)
+    return content
+
+
+class _Conversation:
+    """Chat messages under construction: assistant text, reasoning and tool calls of a turn merge."""
+
+    def __init__(self, dialect: ChatDialect) -> None:
+        self.messages: list[JSON] = []
+        self.dialect = dialect
+        # The assistant message the next assistant-side items join (None after any other message).
+        self._assistant: JSON | None = None
+        self._reasoning: list[JSON] = []
+
+    def other(self, message: JSON) -> None:
+        self._flush_reasoning()
+        self.messages.append(message)
+        self._assistant = None
+
+    def assistant(self) -> JSON:
+        if self._assistant is None:
+            self._assistant = {"role": "assistant", "content": None}
+            self.messages.append(self._assistant)
+        if self._reasoning:
+            self._attach(self._assistant)
+        return self._assistant
+
+    def reasoning(self, item: JSON) -> None:
+        self._reasoning.append(item)
+
+    def _flush_reasoning(self) -> None:
+        # Reasoning with nothing after it in its turn (the turn ended) cannot be attached to anything.
+        self._reasoning = []
+
+    def _attach(self, message: JSON) -> None:
+        mode = self.dialect.reasoning_passback
+        texts: list[str] = []
+        details: list[Any] = []
+        target: str | None = None
+        for item in self._reasoning:
+            state = decode_reasoning_state(item.get("encrypted_content"))
+            text = str(state.get("text", "")) if state is not None else _reasoning_text_of(item)
+            if mode == "auto":
+                if state is None:
+                    continue
+                target = str(state.get("field") or "reasoning_content")
+            if state is not None and isinstance(state.get("details"), list):
+                details.extend(state["details"])
+            if text:
+                texts.append(text)
+        self._reasoning = []
+        if mode == "none":
+            return
+        field_name = target if mode == "auto" else mode
+        if field_name is None:
+            return
+        if field_name == "reasoning_details":
+            if details:
+                message["reasoning_details"] = details
+            elif texts:
+                message["reasoning"] = "".join(texts)
+            return
+        if texts:
+            message[field_name] = "".join(texts)
+        if details and field_name == "reasoning":
+            message["reasoning_details"] = details
+
+    def finish(self) -> list[JSON]:
+        self._flush_reasoning()
+        return self.messages
+
+
+def _convert_input(items: list[JSON], dialect: ChatDialect) -> list[JSON]:
+    conv = _Conversation(dialect)
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        param = f"input[{i}]"
+        if kind == "message":
+            role = item.get("role")
+            parts: list[JSON] = item.get("content") or []
+            if role in ("system", "developer"):
+                # Most servers know no "developer" role; it is kept only where the dialect says so.
+                developer = role == "developer" and dialect.system_role == "developer"
+                conv.other({"role": "developer" if developer else "system", "content": _text_of(parts)})
+            elif role == "assistant":
+                message = conv.assistant()
+                text = _text_of(parts)
+                if text:
+                    message["content"] = (message["content"] or "") + text
+                refusal = "".join(str(p.get("refusal", "")) for p in parts if p.get("type") == "refusal")
+                if refusal:
+                    message["refusal"] = refusal
+            else:
+                conv.other({"role": "user", "content": _user_content(parts, f"{param}.content")})
+        elif kind == "reasoning":
+            conv.reasoning(item)
+        elif kind == "function_call":
+            message = conv.assistant()
+            message.setdefault("tool_calls", []).append(
+                {
+                    "id": str(item.get("call_id")),
+                    "type": "function",
+                    "function": {
+                        "name": str(item.get("name", "")),
+                        "arguments": item.get("arguments") or "{}",
+                    },
+                }
+            )
+        elif kind == "function_call_output":
+            conv.other(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(item.get("call_id")),
+                    "content": _tool_output(item.get("output"), f"{param}.output"),
+                }
+            )
+        elif kind in ("custom_tool_call", "custom_tool_call_output"):
+            raise _unsupported("Custom tool calls are not supported by this back end.", f"{param}.type")
+        # Built-in tool call items from another back end carry nothing a chat server can take back.
+    return conv.finish()
+
+
+def _function_tool(tool: JSON) -> JSON:
+    function: JSON = {"name": tool["name"]}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
+    if tool.get("strict") is not None:
+        function["strict"] = bool(tool["strict"])
+    return {"type": "function", "function": function}
+
+
+def _tools_and_choice(request: ResponseRequest) -> tuple[list[JSON], str | JSON | None]:
+    tools = [t for t in request.tools if t.get("type") == "function"]
+    choice = request.tool_choice
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        # Portable form of allowed_tools: only the allowed functions are offered at all.
+        allowed = {t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)}
+        tools = [t for t in tools if t["name"] in allowed]
+        choice = str(choice.get("mode") or "auto")
+    wire: str | JSON | None
+    if isinstance(choice, dict):
+        wire = {"type": "function", "function": {"name": choice.get("name")}}
+    else:
+        wire = None if choice == "auto" else choice
+    return [_function_tool(t) for t in tools], wire
+
+
+def _max_tokens_field(dialect: ChatDialect, base_url: str) -> str:
+    if dialect.max_tokens_field != "auto":
+        return dialect.max_tokens_field
+    host = redact_url(base_url).split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+    if any(host == h or (h.startswith(".") and host.endswith(h)) for h in _COMPLETION_TOKENS_HOSTS):
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def build_chat_body(
+    request: ResponseRequest,
+    *,
+    upstream_model: str | None = None,
+    dialect: ChatDialect | None = None,
+    base_url: str = "",
+) -> JSON:
+    """The Chat Completions request body for ``request``."""
+    dialect = dialect or ChatDialect()
+    messages: list[JSON] = []
+    if request.instructions:
+        messages.append({"role": dialect.system_role, "content": request.instructions})
+    messages.extend(_convert_input(request.input, dialect))
+    body: JSON = {"model": upstream_model or request.model, "messages": messages, "stream": True}
+    if dialect.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    tools, choice = _tools_and_choice(request)
+    if tools:
+        body["tools"] = tools
+        if choice is not None:
+            body["tool_choice"] = choice
+        if not request.parallel_tool_calls:
+            body["parallel_tool_calls"] = False
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
+    if request.max_output_tokens is not None:
+        body[_max_tokens_field(dialect, base_url)] = request.max_output_tokens
+    fmt = request.text.get("format") or {}
+    if fmt.get("type") == "json_schema":
+        schema: JSON = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
+        if fmt.get("description"):
+            schema["description"] = fmt["description"]
+        if fmt.get("strict") is not None:
+            schema["strict"] = bool(fmt["strict"])
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif fmt.get("type") == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    effort = (request.reasoning or {}).get("effort")
+    if effort is not None and dialect.effort_style == "reasoning_effort":
+        body["reasoning_effort"] = effort
+    elif effort is not None and dialect.effort_style == "reasoning":
+        body["reasoning"] = {"effort": effort}
+    if request.top_logprobs:
+        body["logprobs"] = True
+        body["top_logprobs"] = request.top_logprobs
+    elif "message.output_text.logprobs" in request.include:
+        body["logprobs"] = True
+    for name in ("user", "safety_identifier", "prompt_cache_key"):
+        value = getattr(request, name)
+        if value is not None:
+            body[name] = value
+    body.update(dialect.extra_body)
+    return body
+
+
+# ---------------------------------------------------------------------------------------- stream
+def _obj(value: Any) -> JSON:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_numbers(usage: JSON) -> tuple[int, int, int, int]:
+    """(input, output, cached, reasoning) from a chat ``usage`` object, whatever the server."""
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    cached = _int(prompt_details.get("cached_tokens")) or _int(usage.get("prompt_cache_hit_tokens"))
+    reasoning = _int(completion_details.get("reasoning_tokens"))
+    total = _int(usage.get("total_tokens"))
+    # xAI counts reasoning outside completion_tokens (total = prompt + completion + reasoning); the
+    # Responses output_tokens includes reasoning.
+    if reasoning and total == prompt + completion + reasoning and total != prompt + completion:
+        completion += reasoning
+    return prompt, completion, cached, reasoning
+
+
+@dataclass(slots=True)
+class _Call:
+    """One tool call being assembled from fragments."""
+
+    call_id: str | None
+    name: str = ""
+    pending: list[str] = field(default_factory=list)
+    item: Item | None = None
+
+
+def _logprobs(choice: JSON) -> list[JSON] | None:
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    out: list[JSON] = []
+    for entry in content:
+        if not isinstance(entry, dict):
+            continue
+        out.append(
+            {
+                "token": entry.get("token", ""),
+                "bytes": entry.get("bytes") or [],
+                "logprob": entry.get("logprob", 0.0),
+                "top_logprobs": [
+                    {
+                        "token": t.get("token", ""),
+                        "bytes": t.get("bytes") or [],
+                        "logprob": t.get("logprob", 0.0),
+                    }
+                    for t in entry.get("top_logprobs") or []
+                    if isinstance(t, dict)
+                ],
+            }
+        )
+    return out
+
+
+class ChatTranslator:
+    """Chat completion chunks in, StreamBuilder calls out (sans-IO)."""
+
+    def __init__(self, builder: StreamBuilder, reasoning_output: ReasoningOutput = "summary") -> None:
+        self.b = builder
+        self.reasoning_output = reasoning_output
+        self.message: Item | None = None
+        self.reasoning: Item | None = None
+        self._reasoning_text: list[str] = []
+        self._reasoning_field: ReasoningField | None = None
+        self._rs_active = False
+        self._details: dict[Any, JSON] = {}
+        self._calls: dict[Any, _Call] = {}
+        self._all_calls: list[_Call] = []
+        self.finish_reason: str | None = None
+        self.usage: JSON | None = None
+        self.error: ProviderError | None = None
+        self.done = False
+        self.dirty = False
+
+    # ------------------------------------------------------------------ chunks
+    def on_chunk(self, chunk: JSON) -> None:
+        """Apply one parsed chunk (``data:`` payload)."""
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        x_groq = chunk.get("x_groq")
+        if isinstance(x_groq, dict) and isinstance(x_groq.get("usage"), dict):
+            self.usage = x_groq["usage"]
+        error = chunk.get("error")
+        if error is not None and self.error is None:
+            self.error = from_error_payload({"error": error})
+            return
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            # Only the first choice is ours (n is never sent); others would interleave into our items.
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._choice(choice)
+
+    def _choice(self, choice: JSON) -> None:
+        delta: JSON = _obj(choice.get("delta")) or _obj(choice.get("message"))
+        for name in _REASONING_FIELDS:
+            text = delta.get(name)
+            if isinstance(text, str) and text:
+                self._reasoning_delta(text, name)
+                break
+        details = delta.get("reasoning_details")
+        if isinstance(details, list) and details:
+            self._reasoning_details(
+                details, has_text=bool(delta.get("reasoning") or delta.get("reasoning_content"))
+            )
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self._text(content, _logprobs(choice))
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict):
+                    self._content_part(part)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self.b.refusal_delta(self._message(), refusal)
+            self.dirty = True
+        annotations = delta.get("annotations")
+        if isinstance(annotations, list):
+            for annotation in annotations:
+                self._annotation(annotation)
+        tool_calls = delta.get("tool_calls")
+        if isinstance(tool_calls, list):
+            for position, fragment in enumerate(tool_calls):
+                if isinstance(fragment, dict):
+                    self._tool_fragment(position, fragment)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self.finish_reason = reason
+
+    def _content_part(self, part: JSON) -> None:
+        # Mistral magistral: content is an array of {type:text} and {type:thinking, thinking:[parts]}.
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str) and part["text"]:
+            self._text(part["text"], None)
+        elif kind == "thinking":
+            inner = part.get("thinking")
+            pieces = inner if isinstance(inner, list) else [{"type": "text", "text": inner}]
+            for piece in pieces:
+                text = piece.get("text") if isinstance(piece, dict) else None
+                if isinstance(text, str) and text:
+                    self._reasoning_delta(text, "reasoning_content")
+
+    # ------------------------------------------------------------------ items
+    def _message(self) -> Item:
+        self._close_reasoning()
+        if self.message is None:
+            self.message = self.b.open_message()
+        return self.message
+
+    def _text(self, text: str, logprobs: list[JSON] | None) -> None:
+        self.b.text_delta(self._message(), text, logprobs)
+        self.dirty = True
+
+    def _annotation(self, annotation: Any) -> None:
+        if not isinstance(annotation, dict) or annotation.get("type") != "url_citation":
+            return
+        cite = annotation.get("url_citation")
+        cite = cite if isinstance(cite, dict) else annotation
+        url = cite.get("url")
+        if not isinstance(url, str):
+            return
+        self.b.annotation(
+            self._message(),
+            {
+                "type": "url_citation",
+                "end_index": _int(cite.get("end_index")),
+                "start_index": _int(cite.get("start_index")),
+                "title": str(cite.get("title") or ""),
+                "url": url,
+            },
+        )
+        self.dirty = True
+
+    def _begin_reasoning(self, field_name: ReasoningField) -> None:
+        """Start a reasoning segment (and its item, unless reasoning is not shown)."""
+        self._rs_active = True
+        self._reasoning_text, self._details = [], {}
+        self._reasoning_field = field_name
+        if self.reasoning_output != "none":
+            self._close_message()
+            self.reasoning = self.b.open_reasoning()
+            self.dirty = True
+
+    def _reasoning_delta(self, text: str, field_name: ReasoningField) -> None:
+        if not self._rs_active:
+            self._begin_reasoning(field_name)
+        self._reasoning_text.append(text)
+        item = self.reasoning
+        if item is None:
+            return
+        if self.reasoning_output == "reasoning_text":
+            self.b.reasoning_delta(item, text)
+        else:
+            self.b.summary_delta(item, text)
+        self.dirty = True
+
+    def _reasoning_details(self, details: list[Any], *, has_text: bool) -> None:
+        """OpenRouter's reasoning_details: kept whole (signatures, encrypted data) to send back."""
+        for position, detail in enumerate(details):
+            if not isinstance(detail, dict):
+                continue
+            text = detail.get("text") if detail.get("type") == "reasoning.text" else detail.get("summary")
+            if not has_text and isinstance(text, str) and text:
+                # Details without a plain ``reasoning`` twin carry the only copy of the text.
+                self._reasoning_delta(text, "reasoning_details")
+            elif not self._rs_active:
+                self._begin_reasoning("reasoning_details")
+            key = (detail.get("index", position), detail.get("type"))
+            kept = self._details.setdefault(key, {})
+            for name, value in detail.items():
+                if name == "index" or value is None:
+                    continue
+                if name in ("text", "summary") and isinstance(value, str):
+                    kept[name] = str(kept.get(name) or "") + value
+                elif value != "" or name not in kept:
+                    kept[name] = value
+        if self._details:
+            self._reasoning_field = "reasoning_details"
+
+    def _close_reasoning(self) -> None:
+        self._rs_active = False
+        item, self.reasoning = self.reasoning, None
+        if item is None:
+            return
+        state: JSON = {
+            "field": self._reasoning_field or "reasoning_content",
+            "text": "".join(self._reasoning_text),
+        }
+        if self._details:
+            state["details"] = list(self._details.values())
+        self.b.set_encrypted_content(item, encode_reasoning_state(state))
+        self.b.close_reasoning(item)
+        self._reasoning_text, self._details, self._reasoning_field = [], {}, None
+        self.dirty = True
+
+    def _close_message(self) -> None:
+        item, self.message = self.message, None
+        if item is not None:
+            self.b.close_message(item)
+            self.dirty = True
+
+    def _tool_fragment(self, position: int, fragment: JSON) -> None:
+        index = fragment.get("index", position)
+        call_id = fragment.get("id") if isinstance(fragment.get("id"), str) and fragment.get("id") else None
+        call = self._calls.get(index)
+        if call is None or (call_id is not None and call.call_id is not None and call_id != call.call_id):
+            # A new id at a known index is a new call (servers that number every call 0).
+            call = _Call(call_id)
+            self._calls[index] = call
+            self._all_calls.append(call)
+        elif call_id is not None and call.call_id is None:
+            call.call_id = call_id
+        function = _obj(fragment.get("function"))
+        name = function.get("name")
+        if isinstance(name, str) and name and not call.name:
+            call.name = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            arguments = orjson.dumps(arguments).decode()
+        if isinstance(arguments, str) and arguments:
+            call.pending.append(arguments)
+        if call.item is None and call.name:
+            self._close_reasoning()
+            self._close_message()
+            call.item = self.b.open_function_call(call.name, call_id=call.call_id)
+            self.dirty = True
+        if call.item is not None and call.pending:
+            for piece in call.pending:
+                self.b.arguments_delta(call.item, piece)
+            call.pending = []
+            self.dirty = True
+
+    # ------------------------------------------------------------------ finishing
+    def close_items(self, status: str = "completed") -> None:
+        self._close_reasoning()
+        if self.message is not None:
+            item, self.message = self.message, None
+            self.b.close_message(item, status=status)
+        for call in self._all_calls:
+            if call.item is None:
+                # The name never came: the call cannot be executed, but its arguments are not dropped.
+                call.item = self.b.open_function_call(call.name, call_id=call.call_id)
+                for piece in call.pending:
+                    self.b.arguments_delta(call.item, piece)
+            if call.item.open:
+                self.b.close_function_call(call.item, status=status)
+        self.dirty = True
+
+    def apply_usage(self) -> None:
+        if self.usage is not None:
+            prompt, output, cached, reasoning = usage_numbers(self.usage)
+            self.b.set_usage(prompt, output, cached_tokens=cached, reasoning_tokens=reasoning)
+
+    def finish(self) -> None:
+        """Close everything and emit the terminal event the finish_reason calls for."""
+        self.apply_usage()
+        if self.error is not None:
+            self.fail(self.error)
+            return
+        reason = self.finish_reason
+        if reason == "length":
+            self.close_items("incomplete")
+            self.b.incomplete("max_output_tokens")
+        elif reason == "content_filter":
+            self.close_items("incomplete")
+            self.b.incomplete("content_filter")
+        elif reason == "error":
+            self.fail(ProviderError("The upstream reported an error during generation.", status=502))
+        elif reason is None and not self.done:
+            self.fail(
+                ProviderError("The upstream stream ended before the response was finished.", status=502)
+            )
+        else:
+            self.close_items()
+            self.b.complete()
+        self.dirty = True
+
+    def fail(self, exc: ProviderError) -> None:
+        self.apply_usage()
+        self._close_reasoning()
+        self.b.fail(exc.code or "server_error", exc.message)
+        self.dirty = True
+
+
+def completion_chunks(body: Any) -> list[JSON]:
+    """The chunks equivalent to a non-streamed ``chat.completion`` body (so one translator serves both)."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+        raise ProviderError("The upstream answered with an unexpected JSON body.", status=502)
+    chunks: list[JSON] = []
+    for choice in body["choices"]:
+        if not isinstance(choice, dict):
+            continue
+        message = dict(choice.get("message") or {})
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            message["tool_calls"] = [
+                {**c, "index": c.get("index", i)} for i, c in enumerate(calls) if isinstance(c, dict)
+            ]
+        chunks.append(
+            {
+                "choices": [
+                    {
+                        "index": choice.get("index", 0),
+                        "delta": message,
+                        "logprobs": choice.get("logprobs"),
+                        "finish_reason": choice.get("finish_reason"),
+                    }
+                ]
+            }
+        )
+    if isinstance(body.get("usage"), dict):
+        chunks.append({"choices": [], "usage": body["usage"]})
+    return chunks
+
+
+# ---------------------------------------------------------------------------------------- provider
+class OpenAIChatProvider(Provider):
+    """A model behind a Chat Completions endpoint."""
+
+    name = "openai-chat"
+    capabilities = Capabilities(
+        streaming=True,
+        tools=True,
+        parallel_tool_calls=True,
+        reasoning=True,
+        structured_output=True,
+        images=True,
+        tool_types=frozenset({"function"}),
+    )
+
+    def __init__(
+        self,
+        *,
+        base_url: str = "https://api.openai.com/v1",
+        api_key: str | None = None,
+        upstream_model: str | None = None,
+        dialect: ChatDialect | None = None,
+        transport: Transport | None = None,
+        timeouts: Timeouts | None = None,
+        reasoning_output: ReasoningOutput = "summary",
+        extra_headers: dict[str, str] | None = None,
+        upstream_name: str = "The upstream",
+        **dialect_options: Any,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.upstream_model = upstream_model
+        self.dialect = replace(dialect or ChatDialect(), **dialect_options)
+        self._transport = transport or Transport()
+        self._owns_transport = transport is None
+        self._timeouts = timeouts
+        self._reasoning_output: ReasoningOutput = reasoning_output
+        self._extra_headers = dict(extra_headers or {})
+        self._upstream_name = upstream_name
+
+    def __repr__(self) -> str:
+        return f"<OpenAIChatProvider {redact_url(self.base_url)} model={self.upstream_model!r}>"
+
+    @property
+    def url(self) -> str:
+        base = self.base_url
+        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+    def headers(self) -> dict[str, str]:
+        """Request headers (the key among them: never log this)."""
+        out = {"accept": "text/event-stream"}
+        if self._api_key:
+            out["authorization"] = f"Bearer {self._api_key}"
+        out.update(self._extra_headers)
+        return out
+
+    def check_request(self, request: ResponseRequest) -> None:
+        for i, tool in enumerate(request.tools):
+            if tool.get("type") != "function":
+                raise _unsupported(
+                    f"Tool type '{tool.get('type')}' is not supported by the Chat Completions back end.",
+                    f"tools[{i}].type",
+                )
+        choice = request.tool_choice
+        if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
+            raise _unsupported(
+                f"tool_choice '{choice.get('type')}' is not supported here.", "tool_choice.type"
+            )
+        _convert_input(request.input, self.dialect)
+
+    def build_body(self, request: ResponseRequest) -> JSON:
+        """The upstream request body."""
+        return build_chat_body(
+            request, upstream_model=self.upstream_model, dialect=self.dialect, base_url=self.base_url
+        )
+
+    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+        body = self.build_body(request)
+        resp = await self._transport.post(self.url, self.headers(), body, timeouts=self._timeouts)
+        if resp.status >= 400:
+            raw = await resp.read()
+            raise from_http(
+                resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self._secrets()
+            )
+        turn = ChatTranslator(builder, self._reasoning_output)
+        try:
+            if "json" in resp.headers.get("content-type", ""):
+                # A server that ignored ``stream: true`` answered with a whole chat.completion.
+                for chunk in completion_chunks(await resp.json()):
+                    turn.on_chunk(chunk)
+                turn.done = True
+            else:
+                decoder = SSEDecoder()
+                async for raw_chunk in resp.iter_chunks():
+                    for msg in decoder.feed(raw_chunk):
+                        _dispatch(turn, msg.event, msg.data)
+                    if turn.error is not None:
+                        break
+                    if turn.dirty:
+                        turn.dirty = False
+                        yield
+                for msg in decoder.flush():
+                    _dispatch(turn, msg.event, msg.data)
+        except ProviderError as exc:
+            turn.fail(exc)
+            yield
+            return
+        finally:
+            await resp.aclose()
+        turn.finish()
+        yield
+
+    def _secrets(self) -> tuple[str, ...]:
+        return (self._api_key,) if self._api_key else ()
+
+    async def aclose(self) -> None:
+        if self._owns_transport:
+            await self._transport.aclose()
+
+
+def _dispatch(turn: ChatTranslator, event: str, data: str) -> None:
+    if turn.done or turn.error is not None:
+        return
+    if data.strip() == "[DONE]":
+        turn.done = True
+        return
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        log.debug("ignoring a chunk that is not JSON")
+        return
+    if not isinstance(payload, dict):
+        return
+    if event == "error":
+        # Groq: ``event: error`` with ``{"error": {...}}`` after HTTP 200.
+        turn.error = from_error_payload(payload if "error" in payload else {"error": payload})
+        return
+    turn.on_chunk(payload)
