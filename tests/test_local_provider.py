@@ -387,3 +387,10 @@ def test_default_model_is_assembled_once_and_verified(tmp_path: Path) -> None:
     assert ensure_default_model(tmp_path, progress=fixed) == path
     assert "100%" in fixed.getvalue()
     assert hashlib.sha256(path.read_bytes()).hexdigest() == gguf_package.EXPECTED_SHA256
+
+
+def test_a_new_turn_marker_ends_the_answer(provider: LocalProvider) -> None:
+    # Gemma's <start_of_turn> is a single special token; the provider stops on it like on EOS.
+    bos_and_marker = provider.tokenize("<start_of_turn>")
+    assert len(bos_and_marker) == 2
+    assert provider._turn_start == bos_and_marker[1]

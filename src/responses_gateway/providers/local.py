@@ -33,7 +33,7 @@ from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import ResponseRequest
 from .base import Capabilities, Provider, ProviderError
 from .local_grammar import CALL_OPEN, CallParser, GrammarSpec, build_grammar
-from .local_prompt import render_prompt, tool_preamble
+from .local_prompt import START_OF_TURN, render_prompt, tool_preamble
 
 JSON = dict[str, Any]
 
@@ -241,6 +241,7 @@ class LocalProvider(Provider):
         self._llm: Any = None
         self._vocab: Any = None
         self._n_vocab = 0
+        self._turn_start = -1
         self._pieces: dict[int, bytes] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-model")
         self._admit_lock = threading.Lock()
@@ -271,6 +272,10 @@ class LocalProvider(Provider):
             )
         self._vocab = llm._model.vocab
         self._n_vocab = int(llm.n_vocab())
+        # A model that opens a new turn instead of ending its own would go on to write the user's
+        # next message: that token ends the answer too.
+        start = llm.tokenize(START_OF_TURN.encode(), add_bos=False, special=True)
+        self._turn_start = start[0] if len(start) == 1 else -1
         self._llm = llm
 
     async def _ensure_loaded(self) -> None:
@@ -473,6 +478,7 @@ class LocalProvider(Provider):
             one = capi.llama_token_data()
             candidates = capi.llama_token_data_array(ctypes.pointer(one), 1, -1, False)
             candidates_p = ctypes.byref(candidates)
+            turn_start = self._turn_start
             deciding = job.switch_on_text
             head = ""
             stop = job.stop
@@ -491,7 +497,7 @@ class LocalProvider(Provider):
                         token = self._sample_constrained(ctx, grammar, free, constrained)
                     else:
                         capi.llama_sampler_accept(grammar, token)
-                if capi.llama_vocab_is_eog(vocab, token):
+                if token == turn_start or capi.llama_vocab_is_eog(vocab, token):
                     break
                 n += 1
                 self.tokens_generated += 1
