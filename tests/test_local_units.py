@@ -11,9 +11,12 @@ pytest.importorskip("llama_cpp")
 
 import itertools
 
+from responses_gateway.protocol.builder import StreamBuilder
+from responses_gateway.protocol.checker import check
 from responses_gateway.protocol.request import ResponseRequest, parse_request
+from responses_gateway.protocol.response import new_response
 from responses_gateway.providers.base import ProviderError
-from responses_gateway.providers.local import LocalProvider, Utf8Pieces
+from responses_gateway.providers.local import LocalProvider, Utf8Pieces, _Output
 from responses_gateway.providers.local_grammar import (
     CallParser,
     GrammarSpec,
@@ -235,3 +238,75 @@ def test_check_request_accepts_function_tools_and_schemas() -> None:
     )
     LocalProvider("/nonexistent.gguf").check_request(req)
     assert json.loads(json.dumps(req.tools)) == [WEATHER]
+
+
+# ---------------------------------------------------------------------------------------- output
+def _drive_output(pieces: list[str], *, parse_calls: bool) -> list[dict[str, Any]]:
+    builder = StreamBuilder(new_response("gemma-3-270m"))
+    builder.start()
+    out = _Output(builder, parse_calls=parse_calls)
+    for piece in pieces:
+        out.feed(piece)
+    out.finish()
+    builder.complete()
+    events = builder.take()
+    for profile in ("openai", "strict-spec"):
+        assert not check(events, profile=profile)
+    return events
+
+
+def test_output_text_that_diverges_from_the_marker_keeps_one_delta_per_piece() -> None:
+    events = _drive_output(["<", "to", "ast", " is good"], parse_calls=True)
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas == ["<", "to", "ast", " is good"]
+
+
+def test_output_calls_open_once_the_name_is_known_and_stream_arguments() -> None:
+    text = call_text("get_weather", '{"city": "Paris"}') + "\n" + call_text("get_weather", '{"city": "Rome"}')
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+    events = _drive_output(pieces, parse_calls=True)
+    added = [e for e in events if e["type"] == "response.output_item.added"]
+    assert [e["item"]["name"] for e in added] == ["get_weather", "get_weather"]
+    done = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert [json.loads(e["arguments"]) for e in done] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert not [e for e in events if e["type"] == "response.output_text.delta"]
+
+
+def test_output_marker_prefix_at_the_end_is_text() -> None:
+    events = _drive_output(["<tool"], parse_calls=True)
+    assert [e["delta"] for e in events if e["type"] == "response.output_text.delta"] == ["<tool"]
+
+
+def test_output_without_calls_is_text_even_if_it_looks_like_one() -> None:
+    events = _drive_output([call_text("x", "{}")], parse_calls=False)
+    assert events[-1]["response"]["output"][0]["type"] == "message"
+
+
+def test_output_nothing_generated_is_an_empty_message() -> None:
+    events = _drive_output([], parse_calls=True)
+    output = events[-1]["response"]["output"]
+    assert [item["type"] for item in output] == ["message"]
+    assert output[0]["content"][0]["text"] == ""
+
+
+# ---------------------------------------------------------------------------------------- tool choice
+@pytest.mark.parametrize(
+    ("choice", "names", "mode"),
+    [
+        ("auto", ["get_weather", "get_time"], "auto"),
+        ("none", ["get_weather", "get_time"], "none"),
+        ("required", ["get_weather", "get_time"], "required"),
+        ({"type": "function", "name": "get_time"}, ["get_time"], "required"),
+        (
+            {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]},
+            ["get_time"],
+            "auto",
+        ),
+    ],
+)
+def test_tool_choice_selects_tools_and_mode(choice: Any, names: list[str], mode: str) -> None:
+    time_tool = {**WEATHER, "name": "get_time"}
+    req = parse_request({"model": "m", "input": "hi", "tools": [WEATHER, time_tool], "tool_choice": choice})
+    tools, got = LocalProvider("/nonexistent.gguf")._callable_tools(req)
+    assert got == mode
+    assert [t["name"] for t in tools] == names
