@@ -37,6 +37,24 @@ TOOL_PHASES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Events whose meaning only the builder may produce (see StreamBuilder.passthrough).
+_OWNED_EVENTS = frozenset(
+    {
+        *TERMINAL_EVENTS,
+        "response.created",
+        "response.in_progress",
+        "response.queued",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "error",
+    }
+)
+
+
 class BuilderError(RuntimeError):
     """A provider drove the builder in a way that would emit an invalid stream."""
 
@@ -220,6 +238,35 @@ class StreamBuilder:
                 "item": item.data,
             }
         )
+
+    def open_item(self, kind: str, data: JSON | None = None, *, item_id: str | None = None) -> Item:
+        """Open an item of a type no semantic call covers (``apply_patch_call``, ``shell_call``…).
+
+        Its ``data`` may be updated in place while it is open; finish it with :meth:`close_item`.
+        """
+        fields = {k: v for k, v in (data or {}).items() if k not in ("id", "type")}
+        return self._open_item(kind, fields, item_id)
+
+    def passthrough(self, event: JSON, item: Item | None = None) -> JSON:
+        """Emit a relayed event the builder has no call for, with our ``sequence_number``.
+
+        With ``item``, the event's ``item_id`` and ``output_index`` become that open item's. Events whose
+        meaning the builder owns (lifecycle, item and part boundaries, errors) are refused: relaying them
+        raw would contradict the state the builder keeps.
+        """
+        self._check_running()
+        etype = event.get("type")
+        if not isinstance(etype, str) or etype in _OWNED_EVENTS:
+            raise BuilderError(f"{etype!r} cannot be passed through; use the builder's own call")
+        out = dict(event)
+        if item is not None:
+            self._live(item, item.kind)
+            if "item_id" in out:
+                out["item_id"] = item.id
+            if "output_index" in out:
+                out["output_index"] = item.output_index
+        out["sequence_number"] = 0
+        return self._emit(out)
 
     def add_item(self, item: JSON) -> Item:
         """Emit a complete item at once (``added`` then ``done``), e.g. a non-streamed tool result."""
