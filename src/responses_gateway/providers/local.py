@@ -316,6 +316,10 @@ class LocalProvider(Provider):
 
     # ------------------------------------------------------------------ request checks
     def check_request(self, request: ResponseRequest) -> None:
+        self._check_input(request)
+        self._grammar(request)
+
+    def _check_input(self, request: ResponseRequest) -> None:
         for i, tool in enumerate(request.tools):
             if tool.get("type") != "function":
                 raise ProviderError(
@@ -355,7 +359,6 @@ class LocalProvider(Provider):
             raise _bad("The local model does not return log probabilities.", "top_logprobs")
         if "message.output_text.logprobs" in request.include:
             raise _bad("The local model does not return log probabilities.", "include")
-        self._grammar(request)
 
     def _callable_tools(self, request: ResponseRequest) -> tuple[list[JSON], str]:
         """The tools the model may call for this request and the mode: none, auto or required."""
@@ -502,7 +505,8 @@ class LocalProvider(Provider):
                 n += 1
                 self.tokens_generated += 1
                 text = decoder.feed(self._piece(token))
-                post(text)
+                if text:  # a piece ending mid-character waits for the next token
+                    post(text)
                 if deciding and text:
                     head += text
                     if not CALL_OPEN.startswith(head[: len(CALL_OPEN)]):
@@ -571,10 +575,10 @@ class LocalProvider(Provider):
 
     # ------------------------------------------------------------------ streaming
     async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
-        self.check_request(request)
-        await self._ensure_loaded()
+        self._check_input(request)
         spec, grammar, mode = self._grammar(request)
-        tools, _ = self._callable_tools(request)
+        await self._ensure_loaded()
+        tools = list(spec.tools)
         preamble = tool_preamble(tools, required=mode == "required") if mode != "none" else None
         prompt_text = render_prompt(request.input, instructions=request.instructions, preamble=preamble)
         prompt = self.tokenize(prompt_text)
