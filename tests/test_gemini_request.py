@@ -229,7 +229,7 @@ def test_thinking_level_for_gemini_3() -> None:
     assert budget == {"thinkingConfig": {"thinkingBudget": 1024}}
 
 
-def test_signatures_roundtrip_from_a_real_stream(upstream: UpstreamMock) -> None:
+def test_pitfall_20_signatures_roundtrip_from_a_real_stream(upstream: UpstreamMock) -> None:
     """Pitfall 20: the call's signature from a recorded Gemini 3 turn goes back on that call."""
     name = "gemini__stream-function-call-with-thought-signature-gemini-3-pro__vercel-ai.chunks.jsonl"
     upstream.reset([fixture_reply(name)])

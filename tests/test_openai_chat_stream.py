@@ -260,7 +260,7 @@ def test_groq_event_error_maps_code(upstream: UpstreamMock) -> None:
     assert final["output"][0]["type"] == "reasoning"
 
 
-def test_deepseek_cache_and_xai_reasoning_usage(upstream: UpstreamMock) -> None:
+def test_pitfall_09_cached_tokens_and_xai_reasoning_usage(upstream: UpstreamMock) -> None:
     name = "openai-chat__deepseek-reasoner-reasoning-then-tool-call-split-args__vercel-ai.chunks.jsonl"
     usage = run(upstream, name, split=False)[-1]["response"]["usage"]
     assert usage["input_tokens_details"]["cached_tokens"] == 320

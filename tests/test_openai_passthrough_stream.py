@@ -200,7 +200,7 @@ def test_unknown_events_pass_through_with_our_numbers(upstream: UpstreamMock) ->
     assert all(e["item_id"] == patch["id"] for e in diffs)
 
 
-def test_error_event_then_failed(upstream: UpstreamMock) -> None:
+def test_pitfall_18_error_event_then_failed(upstream: UpstreamMock) -> None:
     name = "openai-responses__error-event-then-response-failed-insufficient-quota__vercel-ai.chunks.jsonl"
     events = run(upstream, name, split=False)
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
