@@ -40,7 +40,14 @@ def recorded(name: str) -> list[tuple[str, dict[str, Any]]]:
 
 def rebuild(name: str) -> dict[str, Any]:
     """What the recording says: item kinds in order, texts, calls, finish reason, usage, error."""
-    out: dict[str, Any] = {"kinds": [], "text": "", "refusal": "", "reasoning": "", "calls": {}}
+    out: dict[str, Any] = {
+        "kinds": [],
+        "text": "",
+        "refusal": "",
+        "reasoning": "",
+        "calls": {},
+        "searches": {},
+    }
     out.update(finish=None, usage=None, error=None, details_text="", signature=None)
 
     def kind(k: Any) -> None:
@@ -81,6 +88,10 @@ def rebuild(name: str) -> dict[str, Any]:
                 out["refusal"] += delta["refusal"]
             if delta.get("annotations"):
                 kind("message")
+            for tool in delta.get("executed_tools") or []:
+                if tool["index"] not in out["searches"]:
+                    out["searches"][tool["index"]] = orjson.loads(tool["arguments"])["query"]
+                    kind("web_search_call")
             for call in delta.get("tool_calls") or []:
                 entry = out["calls"].setdefault(call["index"], {"id": None, "name": "", "arguments": ""})
                 kind(("call", call["index"]))
@@ -129,6 +140,9 @@ def test_recorded_stream(upstream: UpstreamMock, name: str, split: bool) -> None
     if want["signature"]:
         details = [d for r in reasoning for d in decode_reasoning_state(r["encrypted_content"])["details"]]
         assert [d.get("signature") for d in details if d.get("signature")] == [want["signature"]]
+
+    searches = [o["action"] for o in output if o["type"] == "web_search_call"]
+    assert searches == [{"type": "search", "query": q} for q in want["searches"].values()]
 
     calls = [o for o in output if o["type"] == "function_call"]
     want_calls = [want["calls"][i] for i in sorted(want["calls"])]

@@ -395,6 +395,21 @@ def usage_numbers(usage: JSON) -> tuple[int, int, int, int]:
     return prompt, completion, cached, reasoning
 
 
+def _search_action(tool: JSON) -> JSON | None:
+    """The web_search_call action of a Groq executed tool, or None for tools that are not searches."""
+    kind = tool.get("type")
+    try:
+        arguments = orjson.loads(tool.get("arguments") or "{}")
+    except orjson.JSONDecodeError:
+        arguments = {}
+    arguments = arguments if isinstance(arguments, dict) else {}
+    if kind in ("search", "web_search", "browser.search"):
+        return {"type": "search", "query": str(arguments.get("query") or "")}
+    if kind in ("visit", "browser.open") and isinstance(arguments.get("url"), str):
+        return {"type": "open_page", "url": arguments["url"]}
+    return None
+
+
 @dataclass(slots=True)
 class _Call:
     """One tool call being assembled from fragments."""
@@ -447,6 +462,7 @@ class ChatTranslator:
         self._details: dict[Any, JSON] = {}
         self._calls: dict[Any, _Call] = {}
         self._all_calls: list[_Call] = []
+        self._executed: dict[Any, Item] = {}
         self.finish_reason: str | None = None
         self.usage: JSON | None = None
         self.error: ProviderError | None = None
@@ -501,6 +517,11 @@ class ChatTranslator:
         if isinstance(annotations, list):
             for annotation in annotations:
                 self._annotation(annotation)
+        executed = delta.get("executed_tools")
+        if isinstance(executed, list):
+            for position, tool in enumerate(executed):
+                if isinstance(tool, dict):
+                    self._executed_tool(position, tool)
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list):
             for position, fragment in enumerate(tool_calls):
@@ -620,6 +641,24 @@ class ChatTranslator:
         item, self.message = self.message, None
         if item is not None:
             self.b.close_message(item)
+            self.dirty = True
+
+    def _executed_tool(self, position: int, tool: JSON) -> None:
+        """Groq compound's server-side searches: a ``web_search_call`` per executed search."""
+        index = tool.get("index", position)
+        item = self._executed.get(index)
+        if item is None:
+            action = _search_action(tool)
+            if action is None:
+                return
+            self._close_reasoning()
+            self._close_message()
+            item = self.b.open_tool_call("web_search_call", action=action)
+            self._executed[index] = item
+            self.b.tool_progress(item, "searching")
+            self.dirty = True
+        if tool.get("output") is not None and item.open:
+            self.b.close_tool_call(item)
             self.dirty = True
 
     def _tool_fragment(self, position: int, fragment: JSON) -> None:
