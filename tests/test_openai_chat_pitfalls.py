@@ -8,8 +8,13 @@ from typing import Any
 
 import pytest
 
+from responses_gateway.protocol.builder import StreamBuilder
 from responses_gateway.protocol.checker import check
+from responses_gateway.protocol.request import parse_request
+from responses_gateway.protocol.response import new_response
+from responses_gateway.providers.gemini import GeminiProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider, decode_reasoning_state
+from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
 from upstream_mock import UpstreamMock, drive, encode_chunks, fixture_reply, stream_reply
 
 
@@ -111,3 +116,35 @@ def test_pitfall_18_error_after_http_200_fails_the_response(upstream: UpstreamMo
     events = stream(upstream, [delta({"content": "partial"}), error])
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     assert events[-1]["response"]["error"]["code"] == "server_is_overloaded"
+
+
+async def first_yield_then_close(provider: Any, body: dict[str, Any]) -> list[Any]:
+    """Run a provider until its first yield, then close it as the server does when the client leaves."""
+    request = parse_request(body)
+    builder = StreamBuilder(new_response(request.model, **request.echo()))
+    builder.start()
+    stream = provider.stream(request, builder)
+    await stream.__anext__()
+    await stream.aclose()
+    await provider.aclose()
+    return builder.take()
+
+
+@pytest.mark.parametrize("kind", ["openai-chat", "gemini", "openai-responses"])
+def test_client_gone_aborts_the_upstream(upstream: UpstreamMock, kind: str) -> None:
+    """Closing the provider's generator drops the upstream connection (it stops generating and billing)."""
+    first: dict[str, Any]
+    if kind == "openai-chat":
+        first, provider = delta({"content": "Hel"}), OpenAIChatProvider(base_url=upstream.url)
+    elif kind == "gemini":
+        first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}]}
+        provider = GeminiProvider(base_url=upstream.url)
+    else:
+        item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+        first = {"type": "response.output_item.added", "output_index": 0, "item": item}
+        provider = OpenAIResponsesProvider(base_url=upstream.url)
+    wire = encode_chunks([first], kind)
+    upstream.reset([stream_reply(wire, stall_after=len(wire.removesuffix(b"data: [DONE]\n\n")))])
+    events = asyncio.run(first_yield_then_close(provider, {"model": "m", "input": "hi"}))
+    assert any(e["type"] == "response.output_item.added" for e in events)
+    assert upstream.wait_disconnect(5)
