@@ -86,6 +86,8 @@ def run(provider: LocalProvider, body: dict[str, Any]) -> tuple[list[dict[str, A
         return events + builder.take()
 
     events = asyncio.run(drive())
+    # The slot is free by the time the response is finished (a client's next request is not a 429).
+    assert provider._active == 0
     for profile in ("openai", "strict-spec"):
         violations = check(events, profile=profile)
         assert not violations, "\n".join(str(v) for v in violations)

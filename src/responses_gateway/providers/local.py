@@ -462,9 +462,9 @@ class LocalProvider(Provider):
 
         started = time.monotonic()
         n = 0
+        end = _End("cancelled", 0)
         try:
             if job.stop.is_set():
-                job.post(_End("cancelled", 0))
                 return
             llm = self._llm
             self._eval_prompt(job.prompt)
@@ -521,14 +521,17 @@ class LocalProvider(Provider):
             tail = decoder.flush()
             if tail:
                 post(tail)
-            post(_End(reason, n))
+            end = _End(reason, n)
         except Exception as exc:  # reported to the client as response.failed, never lost
-            job.post(_End("error", n, f"{type(exc).__name__}: {exc}"))
+            end = _End("error", n, f"{type(exc).__name__}: {exc}")
         finally:
             for chain_ptr in (job.constrained, job.free):
                 if chain_ptr is not None:
                     capi.llama_sampler_free(chain_ptr)
+            # Free the slot before the response can finish: a client that sends its next request
+            # as soon as this one completes must find the model idle.
             self._release(time.monotonic() - started)
+            job.post(end)
 
     def _sample_constrained(self, ctx: Any, grammar: Any, free: Any, constrained: Any) -> int:
         """Sample under the grammar, checking only the best candidates when one of them fits.
