@@ -683,7 +683,7 @@ class GeminiProvider(Provider):
 
     def url(self, model: str) -> str:
         """The stream endpoint for ``model`` (``models/`` prefix optional)."""
-        name = model if model.startswith(("models/", "projects/")) else f"models/{model}"
+        name = model if model.startswith(("models/", "tunedModels/", "projects/")) else f"models/{model}"
         return f"{self.base_url}/{quote(name, safe='/.-_@')}:streamGenerateContent?alt=sse"
 
     def headers(self) -> dict[str, str]:

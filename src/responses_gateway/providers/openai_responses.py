@@ -14,7 +14,7 @@ is also fed to an incremental :class:`StreamChecker`; what it finds is logged, n
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -497,7 +497,7 @@ _TOOL_EVENT_PHASES = frozenset(
     {"in_progress", "completed", "failed", *(p for ps in TOOL_PHASES.values() for p in ps)}
 )
 
-_HANDLERS: dict[str, Any] = {
+_HANDLERS: dict[str, Callable[[ResponsesRelay, JSON], None]] = {
     "response.created": ResponsesRelay._ignore,
     "response.in_progress": ResponsesRelay._ignore,
     "response.queued": ResponsesRelay._ignore,
