@@ -19,7 +19,7 @@ from responses_gateway.providers.openai_chat import (
     decode_reasoning_state,
     encode_reasoning_state,
 )
-from upstream_mock import UpstreamMock, drive, encode_chunks, fixture_reply, stream_reply
+from upstream_mock import UpstreamMock, drive, encode_chunks, fixture_reply, json_reply, stream_reply
 
 DONE = [{"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}]
 
@@ -523,3 +523,10 @@ def test_upstream_disconnect_mid_stream_fails(upstream: UpstreamMock) -> None:
     assert check(events) == []
     assert events[-1]["type"] == "response.failed"
     assert orjson.dumps(events[-1]["response"]["output"][0]["content"][0]["text"]) == b'"partial"'
+
+
+def test_error_body_with_status_200_fails_the_response(upstream: UpstreamMock) -> None:
+    upstream.reset([json_reply({"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}})])
+    events = asyncio.run(drive(OpenAIChatProvider(base_url=upstream.url), {"model": "m", "input": "hi"}))
+    assert check(events) == []
+    assert events[-1]["response"]["error"] == {"code": "rate_limit_exceeded", "message": "Rate limit reached"}

@@ -746,6 +746,8 @@ class ChatTranslator:
 
 def completion_chunks(body: Any) -> list[JSON]:
     """The chunks equivalent to a non-streamed ``chat.completion`` body (so one translator serves both)."""
+    if isinstance(body, dict) and body.get("error") is not None:
+        raise from_error_payload(body)
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
         raise ProviderError("The upstream answered with an unexpected JSON body.", status=502)
     chunks: list[JSON] = []

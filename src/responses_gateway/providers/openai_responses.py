@@ -635,6 +635,8 @@ class OpenAIResponsesProvider(Provider):
 
 def replay_response(relay: ResponsesRelay, body: Any) -> None:
     """Drive the relay from a non-streamed Response body."""
+    if isinstance(body, dict) and body.get("object") != "response" and body.get("error") is not None:
+        raise from_error_payload(body)
     if not isinstance(body, dict) or body.get("object") != "response":
         raise ProviderError("The upstream answered with an unexpected JSON body.", status=502)
     status = body.get("status")
