@@ -282,3 +282,19 @@ def test_cached_tokens(upstream: UpstreamMock) -> None:
     response = synthetic(upstream, [chunk([{"text": "Hi"}], "STOP", usageMetadata=meta)])
     assert response["usage"]["input_tokens_details"]["cached_tokens"] == 60
     assert (response["usage"]["input_tokens"], response["usage"]["output_tokens"]) == (100, 5)
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["object", "array"])
+def test_whole_body_without_sse(upstream: UpstreamMock, wrap: bool) -> None:
+    """A proxy that drops ``alt=sse`` gets a JSON array (or one object); it is translated the same way."""
+    body = load_json("gemini__nonstream-text-thought-signature__vercel-ai.json")
+    upstream.reset([json_reply([body] if wrap else body)])
+    events = asyncio.run(drive(GeminiProvider(base_url=upstream.url), {"model": "g", "input": "hi"}))
+    assert check(events) == []
+    output = events[-1]["response"]["output"]
+    part = body["candidates"][0]["content"]["parts"][0]
+    assert [o["type"] for o in output] == ["message", "reasoning"]
+    assert output[0]["content"][0]["text"] == part["text"]
+    state = decode_reasoning_state(output[1]["encrypted_content"])
+    assert state == {"signatures": [{"signature": part["thoughtSignature"]}]}
+    assert events[-1]["response"]["usage"]["output_tokens"] == 28 + 244
