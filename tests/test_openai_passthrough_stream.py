@@ -351,3 +351,39 @@ def test_builder_passthrough_refuses_owned_events() -> None:
         builder.passthrough({"type": "response.shell_call_command.delta", "item_id": "up"}, item)
     builder.complete()
     assert check(builder.take()) == []
+
+
+def test_contradictory_upstream_events_are_dropped_not_fatal(upstream: UpstreamMock) -> None:
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "c",
+        "name": "f",
+        "arguments": "",
+        "status": "in_progress",
+    }
+    done = {**call, "arguments": "{}", "status": "completed"}
+    out = events_stream(
+        upstream,
+        [
+            {"type": "response.output_item.added", "output_index": 0, "item": call},
+            {
+                "type": "response.reasoning_summary_text.delta",
+                "output_index": 0,
+                "item_id": "fc_1",
+                "delta": "x",
+            },
+            {"type": "response.web_search_call.searching", "output_index": 0, "item_id": "fc_1"},
+            {"type": "response.output_item.done", "output_index": 0, "item": done},
+            {
+                "type": "response.function_call_arguments.delta",
+                "output_index": 0,
+                "item_id": "fc_1",
+                "delta": "late",
+            },
+            {"type": "response.output_item.done", "output_index": 0, "item": done},
+            {"type": "response.completed", "response": {"status": "completed", "output": [done]}},
+        ],
+    )
+    assert out[-1]["type"] == "response.completed"
+    assert out[-1]["response"]["output"] == [{**done, "id": "fc_1"}]

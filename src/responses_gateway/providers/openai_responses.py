@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ..protocol.builder import TOOL_PHASES, Item, StreamBuilder
+from ..protocol.builder import TOOL_PHASES, BuilderError, Item, StreamBuilder
 from ..protocol.checker import StreamChecker
 from ..protocol.request import JSON, TOOL_TYPES, ResponseRequest
 from ..protocol.sse import SSEDecoder
@@ -654,5 +654,11 @@ def _dispatch(relay: ResponsesRelay, data: str) -> None:
     except orjson.JSONDecodeError:
         log.debug("ignoring an upstream event that is not JSON")
         return
-    if isinstance(payload, dict):
+    if not isinstance(payload, dict):
+        return
+    try:
         relay.on_event(payload)
+    except BuilderError as exc:
+        # An upstream event that contradicts the stream so far (e.g. a delta for a finished part) is
+        # dropped: the client keeps a valid stream, the upstream's fault is logged.
+        log.warning("dropping upstream %s: %s", payload.get("type"), exc)
