@@ -523,6 +523,10 @@ class GeminiTranslator:
             if not call.get("willContinue"):
                 self._end_streaming()
             return
+        if not name:
+            # Argument pieces or an end marker with no streamed call open: nothing to attach them to.
+            log.debug("ignoring a functionCall part without a name")
+            return
         if streaming is not None:
             self._end_streaming()
         call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_id("call")
