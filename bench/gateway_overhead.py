@@ -1,0 +1,752 @@
+"""Gateway overhead benchmark: what a proxy adds to a streamed model answer, against the same mock.
+
+Contenders, run in one session, alternating, against one loopback mock (``mock_upstream.py``):
+
+- ``direct-chat`` / ``direct-responses``: the load generator straight to the mock (the baselines);
+- ``relay``: a bare TCP byte relay in front of the Chat Completions mock (the floor for any proxy);
+- ``gateway-chat``: responses-gateway translating Chat Completions -> Responses;
+- ``gateway-responses``: responses-gateway passing a Responses upstream through;
+- ``litellm``: LiteLLM proxy's ``/v1/responses`` bridged to the same Chat Completions mock;
+- ``litellm-responses``: LiteLLM's ``/v1/responses`` passing the Responses mock through.
+
+Each server and the mock run as their own processes; by default every proxy is pinned to CPU 1 and the mock
+plus the load generator to CPU 0, so a contender has one core, like one gateway worker in production.
+"Added" latency is contender minus the direct run on the same mock format at the same concurrency.
+
+    .venv/bin/python bench/gateway_overhead.py --quick     # ~2 minutes
+    .venv/bin/python bench/gateway_overhead.py             # the full run, 1..2,000 streams
+
+Results: ``bench/results/gateway-overhead-<time>.json`` (+ ``.png``, + ``.txt``: the printed table).
+LiteLLM is installed into ``bench/.venv-litellm`` and matplotlib into ``bench/.venv-tools`` on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import math
+import os
+import platform
+import resource
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import report  # noqa: E402  (a sibling script, not a package)
+
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+LITELLM_VENV = HERE / ".venv-litellm"
+TOOLS_VENV = HERE / ".venv-tools"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def raise_nofile() -> None:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def preexec(cpus: set[int] | None) -> Callable[[], None]:
+    def run() -> None:
+        raise_nofile()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------ /proc
+def _tree(pid: int) -> list[int]:
+    """The process and all its descendants (LiteLLM's CLI may hand off to a child)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        except (OSError, IndexError):
+            continue
+    return total / CLK_TCK
+
+
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Writing 5 to clear_refs resets VmHWM, so each run reports its own peak (needs root or owner)."""
+    for p in _tree(pid):
+        with contextlib.suppress(OSError), open(f"/proc/{p}/clear_refs", "w") as f:
+            f.write("5")
+
+
+def http_get(url: str, timeout: float = 2.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:  # loopback only
+        body: bytes = r.read()
+        return body
+
+
+# ------------------------------------------------------------------------------------------ servers
+class Server:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        ready_url: str,
+        cpus: set[int] | None,
+        logdir: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.ready_url = ready_url
+        self.log_path = logdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cpus = cpus
+        self.env = env
+        self.cwd = cwd
+
+    def start(self, timeout: float) -> str | None:
+        """Start and wait for the ready URL; the reason it failed, or None."""
+        logf = open(self.log_path, "wb")  # noqa: SIM115 (lives as long as the process)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            preexec_fn=preexec(self.cpus),
+            env={**os.environ, **(self.env or {})},
+            cwd=self.cwd,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return f"exited with status {self.proc.returncode}: {self.tail()}"
+            try:
+                http_get(self.ready_url, 1.0)
+                return None
+            except OSError:
+                time.sleep(0.2)
+        return f"not ready after {timeout:.0f} s: {self.tail()}"
+
+    def tail(self, n: int = 600) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return " ".join(text[-n:].split())
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def ensure_venv(venv: Path, packages: list[str], probe: str, install: bool) -> str | None:
+    """Create ``venv`` with ``packages`` unless ``probe`` imports there; the failure reason, or None."""
+    py = venv / "bin" / "python"
+    if py.exists() and subprocess.run([str(py), "-c", probe], capture_output=True).returncode == 0:
+        return None
+    if not install:
+        return f"{venv} is missing and --no-install was given"
+    log(f"installing {' '.join(packages)} into {venv} (once)…")
+    try:
+        if not py.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+        r = subprocess.run(
+            [str(py), "-m", "pip", "install", "-q", *packages], capture_output=True, text=True, timeout=1200
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"install failed: {exc}"
+    if r.returncode != 0:
+        return f"pip install failed: {' '.join((r.stderr or r.stdout)[-400:].split())}"
+    if subprocess.run([str(py), "-c", probe], capture_output=True).returncode != 0:
+        return f"installed, but `{probe}` fails in {venv}"
+    return None
+
+
+def gateway_config(path: Path, mock: int) -> None:
+    base = f"http://127.0.0.1:{mock}/v1"
+    rows = []
+    for name, provider, upstream in (
+        ("bench", "openai-chat", "bench"),
+        ("bench-idle", "openai-chat", "bench-idle"),
+        ("bench-resp", "openai", "bench"),
+        ("bench-resp-idle", "openai", "bench-idle"),
+    ):
+        rows.append(
+            f"  - name: {name}\n    provider: {provider}\n    upstream_model: {upstream}\n"
+            f"    base_url: {base}\n    api_key_env: RG_BENCH_UPSTREAM_KEY\n    retries: 0\n"
+        )
+    path.write_text("local: false\nmodels:\n" + "".join(rows))
+
+
+def litellm_config(path: Path, mock: int, master_key: str) -> None:
+    base = f"http://127.0.0.1:{mock}/v1"
+    rows = []
+    for name, upstream, chat in (
+        ("bench", "bench", True),
+        ("bench-idle", "bench-idle", True),
+        ("bench-resp", "bench", False),
+        ("bench-resp-idle", "bench-idle", False),
+    ):
+        # use_chat_completions_api makes LiteLLM bridge /v1/responses onto the upstream's Chat Completions;
+        # without it an openai/ model is passed through to the upstream's own /v1/responses.
+        rows.append(
+            f"  - model_name: {name}\n    litellm_params:\n      model: openai/{upstream}\n"
+            f"      api_base: {base}\n      api_key: sk-bench\n"
+            + ("      use_chat_completions_api: true\n" if chat else "")
+        )
+    path.write_text(
+        "model_list:\n"
+        + "".join(rows)
+        + f"general_settings:\n  master_key: {master_key}\nlitellm_settings:\n  telemetry: false\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------ load
+def run_loadgen(spec: dict[str, Any], cpus: set[int] | None, timeout: float, tmp: Path) -> dict[str, Any]:
+    out = tmp / f"lg-{secrets.token_hex(4)}.json"
+    proc = subprocess.run(
+        [PY, str(HERE / "loadgen.py"), orjson.dumps(spec).decode(), "--out", str(out)],
+        preexec_fn=preexec(cpus),
+        capture_output=True,
+        text=True,
+        timeout=timeout + 30,
+    )
+    if proc.returncode != 0 or not out.exists():
+        raise RuntimeError(f"load generator failed ({proc.returncode}): {proc.stderr[-800:]}")
+    result: dict[str, Any] = orjson.loads(out.read_bytes())
+    out.unlink()
+    return result
+
+
+def idle_test(
+    spec: dict[str, Any], server_pid: int, mock_port: int, cpus: set[int] | None, k: int
+) -> dict[str, Any]:
+    def mock_open() -> int:
+        return int(orjson.loads(http_get(f"http://127.0.0.1:{mock_port}/stats"))["open_streams"])
+
+    open_before = mock_open()
+    time.sleep(0.3)
+    before = rss_kb(server_pid)
+    proc = subprocess.Popen(
+        [PY, str(HERE / "loadgen.py"), orjson.dumps(spec).decode(), "--out", os.devnull],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec(cpus),
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    line = proc.stdout.readline().split()
+    opened = int(line[1]) if len(line) >= 2 and line[0] == "OPEN" else 0
+    deadline = time.monotonic() + 30
+    reached = 0
+    while time.monotonic() < deadline:
+        reached = mock_open() - open_before
+        if reached >= opened:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # let buffers and per-request state settle
+    during = rss_kb(server_pid)
+    proc.stdin.write("close\n")
+    proc.stdin.flush()
+    proc.wait(60)
+    time.sleep(2.0)
+    left = mock_open() - open_before
+    return {
+        "opened": opened,
+        "reached_upstream": reached,
+        "rss_before_mb": before / 1024,
+        "rss_open_mb": during / 1024,
+        "kb_per_stream": (during - before) / opened if opened else None,
+        "upstream_left_open": left,
+    }
+
+
+# ------------------------------------------------------------------------------------------ main
+def versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    from importlib import metadata
+
+    for pkg in ("uvloop", "uvicorn", "aiohttp", "orjson", "responses-gateway"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[pkg] = metadata.version(pkg)
+    lpy = LITELLM_VENV / "bin" / "python"
+    if lpy.exists():
+        r = subprocess.run(
+            [str(lpy), "-c", "from importlib.metadata import version as v; print(v('litellm'))"],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode == 0:
+            out["litellm"] = r.stdout.strip()
+    r = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    if r.returncode == 0:
+        out["git"] = r.stdout.strip()
+    return out
+
+
+def conditions(pinned: bool) -> dict[str, Any]:
+    cpu = "?"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_gib": round(mem_gb, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "pinning": "proxy=CPU1, mock+loadgen=CPU0" if pinned else "none",
+        **versions(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="concurrency 1,10,100; 16 deltas; 100 idle streams")
+    p.add_argument("--concurrency", help="comma-separated levels (default 1,10,100,1000,2000)")
+    p.add_argument("--deltas", type=int, help="deltas per stream (default 64; --quick 16)")
+    p.add_argument("--interval-ms", type=float, default=20.0, help="gap between the mock's deltas")
+    p.add_argument("--first-delay-ms", type=float, default=0.0, help="mock's delay before the first delta")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds per concurrency level")
+    p.add_argument(
+        "--samples", type=int, default=100, help="aim for this many streams per run at low concurrency"
+    )
+    p.add_argument(
+        "--idle-streams", type=int, help="idle streams for the RSS test (default 1000; --quick 100)"
+    )
+    p.add_argument(
+        "--contenders",
+        default="direct-chat,direct-responses,relay,gateway-chat,gateway-responses,litellm,litellm-responses",
+    )
+    p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    p.add_argument("--no-install", action="store_true", help="never pip install (LiteLLM, matplotlib)")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--out", help="result JSON path (default bench/results/gateway-overhead-<time>.json)")
+    a = p.parse_args()
+
+    raise_nofile()
+    concs = [int(c) for c in (a.concurrency or ("1,10,100" if a.quick else "1,10,100,1000,2000")).split(",")]
+    deltas = a.deltas or (16 if a.quick else 64)
+    idle_k = a.idle_streams if a.idle_streams is not None else (100 if a.quick else 1000)
+    wanted = [c.strip() for c in a.contenders.split(",") if c.strip()]
+    pinned = not a.no_pin and (os.cpu_count() or 1) >= 2
+    proxy_cpus = {1} if pinned else None
+    load_cpus = {0} if pinned else None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_json = Path(a.out) if a.out else HERE / "results" / f"gateway-overhead-{stamp}.json"
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rg-bench-"))
+    servers: list[Server] = []
+    nominal_s = a.first_delay_ms / 1000 + deltas * a.interval_ms / 1000
+
+    results: dict[str, Any] = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "conditions": conditions(pinned),
+        "mock": {"deltas": deltas, "interval_ms": a.interval_ms, "first_delay_ms": a.first_delay_ms},
+        "contenders": {},
+        "loadgen_check": [],
+    }
+    con: dict[str, Any] = results["contenders"]
+    try:
+        mock_port = free_port()
+        mock = Server(
+            "mock",
+            [
+                PY,
+                str(HERE / "mock_upstream.py"),
+                "--port",
+                str(mock_port),
+                "--deltas",
+                str(deltas),
+                "--interval-ms",
+                str(a.interval_ms),
+                "--first-delay-ms",
+                str(a.first_delay_ms),
+            ],
+            f"http://127.0.0.1:{mock_port}/health",
+            load_cpus,
+            tmp,
+        )
+        servers.append(mock)
+        reason = mock.start(15)
+        if reason:
+            raise SystemExit(f"the mock upstream did not start: {reason}")
+
+        chat = ("/v1/chat/completions", "chat")
+        resp = ("/v1/responses", "responses")
+        plan: dict[str, dict[str, Any]] = {
+            "direct-chat": {
+                "port": mock_port,
+                "route": chat,
+                "model": "bench",
+                "baseline": "direct-chat",
+                "server": mock,
+            },
+            "direct-responses": {
+                "port": mock_port,
+                "route": resp,
+                "model": "bench",
+                "baseline": "direct-responses",
+                "server": mock,
+            },
+        }
+        if "relay" in wanted:
+            port = free_port()
+            relay = Server(
+                "relay",
+                [PY, str(HERE / "relay.py"), "--port", str(port), "--upstream", f"127.0.0.1:{mock_port}"],
+                f"http://127.0.0.1:{port}/health",
+                proxy_cpus,
+                tmp,
+            )
+            plan["relay"] = {
+                "port": port,
+                "route": chat,
+                "model": "bench",
+                "baseline": "direct-chat",
+                "server": relay,
+            }
+        gw_wanted = [n for n in ("gateway-chat", "gateway-responses") if n in wanted]
+        if gw_wanted:
+            port = free_port()
+            cfg = tmp / "gateway.yaml"
+            gateway_config(cfg, mock_port)
+            exe = Path(PY).parent / "responses-gateway"
+            gw = Server(
+                "gateway",
+                [
+                    str(exe),
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--config",
+                    str(cfg),
+                    "--no-local",
+                    "--log-level",
+                    "warning",
+                ],
+                f"http://127.0.0.1:{port}/health",
+                proxy_cpus,
+                tmp,
+                env={"RG_BENCH_UPSTREAM_KEY": "sk-bench"},
+            )
+            for n in gw_wanted:
+                model = "bench" if n == "gateway-chat" else "bench-resp"
+                plan[n] = {
+                    "port": port,
+                    "route": resp,
+                    "model": model,
+                    "baseline": "direct-chat" if n == "gateway-chat" else "direct-responses",
+                    "server": gw,
+                }
+        ll_wanted = [n for n in ("litellm", "litellm-responses") if n in wanted]
+        ll_reason: str | None = None
+        if ll_wanted:
+            ll_reason = ensure_venv(
+                LITELLM_VENV, ["litellm[proxy]"], "import litellm.proxy.proxy_server", not a.no_install
+            )
+            port = free_port()
+            key = "sk-" + secrets.token_hex(32)
+            lcfg = tmp / "litellm.yaml"
+            litellm_config(lcfg, mock_port, key)
+            ll = Server(
+                "litellm",
+                [
+                    str(LITELLM_VENV / "bin" / "litellm"),
+                    "--config",
+                    str(lcfg),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--num_workers",
+                    "1",
+                ],
+                f"http://127.0.0.1:{port}/health/liveliness",
+                proxy_cpus,
+                tmp,
+                env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"},
+                cwd=tmp,
+            )
+            for n in ll_wanted:
+                plan[n] = {
+                    "port": port,
+                    "route": resp,
+                    "model": "bench" if n == "litellm" else "bench-resp",
+                    "baseline": "direct-chat" if n == "litellm" else "direct-responses",
+                    "server": ll,
+                    "api_key": key,
+                }
+
+        started: dict[str, str | None] = {}
+        for name in list(plan):
+            if name not in wanted and not name.startswith("direct-"):
+                continue
+            srv: Server = plan[name]["server"]
+            if srv.name not in started:
+                if srv.name == "litellm" and ll_reason:
+                    started[srv.name] = ll_reason
+                else:
+                    log(f"starting {srv.name}…")
+                    if srv is not mock:
+                        servers.append(srv)
+                    started[srv.name] = None if srv is mock else srv.start(90)
+            info = {
+                "baseline": plan[name]["baseline"],
+                "available": started[srv.name] is None,
+                "reason": started[srv.name],
+                "runs": {},
+            }
+            con[name] = info
+        # Validate every available contender with one small stream; a broken one is reported, not measured.
+        for name, info in con.items():
+            if not info["available"]:
+                log(f"{name}: unavailable: {info['reason']}")
+                continue
+            spec = make_spec(plan[name], 1, 1, deltas, 0.0, nominal_s + 20)
+            try:
+                r = run_loadgen(spec, load_cpus, nominal_s + 20, tmp)
+                s = report.summarize(r["streams"], 1)
+                if not s["integrity_ok"]:
+                    raise RuntimeError(f"validation stream failed: {s['errors'] or s}")
+                # A short warm-up at 10 streams so first-request costs (imports, pools) are not measured.
+                run_loadgen(
+                    make_spec(plan[name], 10, 1, deltas, 0.05, nominal_s + 20), load_cpus, nominal_s + 20, tmp
+                )
+                log(f"{name}: ok ({s['events']} events for {deltas} deltas per stream)")
+            except (RuntimeError, subprocess.SubprocessError) as exc:
+                info["available"] = False
+                info["reason"] = f"{exc} | server log: {plan[name]['server'].tail(400)}"
+                log(f"{name}: unavailable: {info['reason']}")
+
+        active = [n for n, i in con.items() if i["available"]]
+        stopped: set[str] = set()
+        for c in concs:
+            per_worker = max(2, min(12, math.ceil(a.samples / c)))
+            ramp = min(nominal_s, 0.5 * c / 1000 + 0.02)
+            timeout = ramp + per_worker * nominal_s * 4 + 30
+            pooled: dict[str, list[dict[str, Any]]] = {n: [] for n in active}
+            meters: dict[str, dict[str, float]] = {
+                n: {"cpu": 0.0, "hwm": 0.0, "lgcpu": 0.0, "mockcpu": 0.0, "wall": 0.0} for n in active
+            }
+            lags: dict[str, list[int]] = {n: [] for n in active}
+            for rnd in range(a.rounds):
+                order = active[rnd % len(active) :] + active[: rnd % len(active)] if active else []
+                if rnd % 2:
+                    order.reverse()
+                for name in order:
+                    if name in stopped:
+                        continue
+                    srv = plan[name]["server"]
+                    spec = make_spec(plan[name], c, per_worker, deltas, ramp, timeout)
+                    reset_peak_rss(srv.pid)
+                    cpu0, mcpu0 = cpu_seconds(srv.pid), cpu_seconds(mock.pid)
+                    try:
+                        r = run_loadgen(spec, load_cpus, timeout, tmp)
+                    except (RuntimeError, subprocess.SubprocessError) as exc:
+                        log(f"  {name} @ {c}: load generator failed: {exc}")
+                        r = {"streams": [], "wall_s": 0, "loadgen_cpu_s": 0, "loop_lag_ns": []}
+                    m = meters[name]
+                    m["cpu"] += cpu_seconds(srv.pid) - cpu0
+                    m["mockcpu"] += cpu_seconds(mock.pid) - mcpu0
+                    m["hwm"] = max(m["hwm"], rss_kb(srv.pid, "VmHWM") / 1024)
+                    m["lgcpu"] += r["loadgen_cpu_s"]
+                    m["wall"] += r["wall_s"]
+                    lags[name].extend(r["loop_lag_ns"])
+                    pooled[name].extend(r["streams"])
+                    ok = sum(1 for s in r["streams"] if s["ok"])
+                    log(
+                        f"  c={c:<5} round {rnd + 1}/{a.rounds} {name:<18} {ok}/{c * per_worker} ok "
+                        f"in {r['wall_s']:.1f} s"
+                    )
+            for name in active:
+                if name in stopped:
+                    continue
+                s = report.summarize(pooled[name], c * per_worker * a.rounds)
+                m = meters[name]
+                direct = name.startswith("direct-")
+                s["server_cpu_s"] = None if direct else m["cpu"]
+                s["cpu_s_per_1k_events"] = (
+                    None if direct or not s["deltas"] else m["cpu"] / s["deltas"] * 1000
+                )
+                s["peak_rss_mb"] = None if direct else m["hwm"]
+                s["mock_cpu_s"] = m["mockcpu"]
+                s["loadgen_cpu_s"] = m["lgcpu"]
+                s["loadgen_cpu_share"] = m["lgcpu"] / m["wall"] if m["wall"] else None
+                s["loadgen_loop_lag_ms_p99"] = (report.pct(lags[name], 99) or 0) / 1e6
+                s["streams_per_worker"] = per_worker
+                con[name]["runs"][str(c)] = s
+                if direct:
+                    results["loadgen_check"].append(
+                        {
+                            "contender": name,
+                            "concurrency": c,
+                            "loadgen_cpu_share_of_one_core": round(s["loadgen_cpu_share"] or 0, 3),
+                            "mock_cpu_share": round(m["mockcpu"] / m["wall"], 3) if m["wall"] else None,
+                            "loop_lag_p99_ms": round(s["loadgen_loop_lag_ms_p99"], 2),
+                            "transit_p99_ms": round(s["transit_ms"]["p99"] or 0, 2),
+                        }
+                    )
+                failed = s["streams_planned"] - s["streams_ok"]
+                if failed > 0.05 * s["streams_planned"] and not direct:
+                    stopped.add(name)
+                    log(
+                        f"  {name}: {failed} of {s['streams_planned']} streams failed at {c}; "
+                        "not tried at higher concurrency"
+                    )
+            report.add_deltas(results)
+        for name in active:
+            runs = con[name]["runs"]
+            best = None
+            for c in concs:
+                run = runs.get(str(c))
+                if run is None or not run["sustained"]:
+                    break
+                best = c
+            con[name]["max_sustained"] = best
+
+        # Idle RSS: K streams that reach the upstream and wait there, per proxy.
+        for name in active:
+            if name.startswith("direct-") or name == "litellm-responses" or name == "gateway-responses":
+                continue
+            srv = plan[name]["server"]
+            idle_model = "bench-idle"
+            spec = {
+                "mode": "idle",
+                "host": "127.0.0.1",
+                "port": plan[name]["port"],
+                "path": plan[name]["route"][0],
+                "api": plan[name]["route"][1],
+                "model": idle_model,
+                "streams": idle_k,
+                "ramp_s": 0.5 * idle_k / 1000,
+                "api_key": plan[name].get("api_key", "sk-bench"),
+            }
+            log(f"idle RSS: {idle_k} open streams through {name}…")
+            try:
+                con[name]["idle"] = idle_test(spec, srv.pid, mock_port, load_cpus, idle_k)
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                con[name]["idle"] = {"error": str(exc)}
+        report.add_deltas(results)
+        report.headline_and_targets(results)
+    finally:
+        for srv in reversed(servers):
+            srv.stop()
+
+    out_json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    text = report.table(results)
+    print()
+    print(text)
+    out_json.with_suffix(".txt").write_text(text + "\n")
+    log(f"wrote {out_json} and {out_json.with_suffix('.txt')}")
+    if not a.no_plot:
+        plot_png(out_json, not a.no_install)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def make_spec(
+    entry: dict[str, Any], c: int, per_worker: int, deltas: int, ramp: float, timeout: float
+) -> dict[str, Any]:
+    path, api = entry["route"]
+    return {
+        "mode": "streams",
+        "host": "127.0.0.1",
+        "port": entry["port"],
+        "path": path,
+        "api": api,
+        "model": entry["model"],
+        "concurrency": c,
+        "streams_per_worker": per_worker,
+        "deltas": deltas,
+        "ramp_s": ramp,
+        "timeout_s": timeout,
+        "api_key": entry.get("api_key", "sk-bench"),
+    }
+
+
+def plot_png(out_json: Path, install: bool) -> None:
+    png = out_json.with_suffix(".png")
+    reason = ensure_venv(TOOLS_VENV, ["matplotlib"], "import matplotlib", install)
+    py = str(TOOLS_VENV / "bin" / "python") if reason is None else PY
+    r = subprocess.run(
+        [py, str(HERE / "report.py"), "plot", str(out_json), str(png)], capture_output=True, text=True
+    )
+    if r.returncode == 0:
+        log(f"wrote {png} (matplotlib from {TOOLS_VENV if reason is None else 'the main venv'})")
+    else:
+        log(f"no plot: {reason or ''} {r.stderr[-300:]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
