@@ -1,0 +1,70 @@
+"""The gateway overhead harness runs end to end at tiny scale and yields a well-formed, intact result.
+
+Not a timing assertion: only that every contender that could start relayed every frame, in order, and
+that the JSON carries the fields the report and docs/performance.md rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_gateway_overhead_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gateway_overhead.py"),
+            "--contenders",
+            "direct-chat,direct-responses,relay,gateway-chat,gateway-responses",
+            "--concurrency",
+            "1,2",
+            "--deltas",
+            "6",
+            "--interval-ms",
+            "5",
+            "--rounds",
+            "1",
+            "--samples",
+            "2",
+            "--idle-streams",
+            "4",
+            "--no-pin",
+            "--no-install",
+            "--no-plot",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert {"command", "conditions", "mock", "contenders", "targets", "loadgen_check"} <= result.keys()
+    assert result["mock"]["deltas"] == 6
+    contenders = result["contenders"]
+    for name in ("direct-chat", "direct-responses", "relay"):
+        assert contenders[name]["available"], contenders[name]
+    for name, info in contenders.items():
+        if not info["available"]:
+            assert info["reason"], name  # an unavailable contender always says why
+            continue
+        assert set(info["runs"]) == {"1", "2"}, name
+        for conc, run in info["runs"].items():
+            where = f"{name} @ {conc}"
+            assert run["streams_ok"] == run["streams_planned"] > 0, (where, run["errors"])
+            assert run["dropped"] == 0 and run["out_of_order"] == 0 and run["duplicated"] == 0, where
+            assert run["final_text_mismatch"] == 0, where
+            assert run["deltas"] == 6 * run["streams_planned"], where
+            assert run["ttfe_ms"]["p50"] is not None and run["transit_ms"]["p99"] is not None, where
+            if not name.startswith("direct-"):
+                assert "added_ms" in run and run["cpu_s_per_1k_events"] is not None, where
+    relay_idle = contenders["relay"]["idle"]
+    assert relay_idle["opened"] == 4 and relay_idle["kb_per_stream"] is not None
+    assert (out.with_suffix(".txt")).read_text().startswith("Conditions:")
