@@ -49,8 +49,6 @@ sys.path.insert(0, str(HERE))
 import report  # noqa: E402  (a sibling script, not a package)
 
 PY = sys.executable
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 LITELLM_VENV = HERE / ".venv-litellm"
 TOOLS_VENV = HERE / ".venv-tools"
 
@@ -97,15 +95,20 @@ def _tree(pid: int) -> list[int]:
 
 
 def cpu_seconds(pid: int) -> float:
+    """On-CPU time of the process tree, every thread, from schedstat (ns; /proc/PID/stat has 10 ms ticks)."""
     total = 0
     for p in _tree(pid):
         try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-        except (OSError, IndexError):
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
             continue
-    return total / CLK_TCK
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / 1e9
 
 
 def rss_kb(pid: int, field: str = "VmRSS") -> int:
@@ -299,11 +302,17 @@ def idle_test(
     assert proc.stdout is not None and proc.stdin is not None
     line = proc.stdout.readline().split()
     opened = int(line[1]) if len(line) >= 2 and line[0] == "OPEN" else 0
+    # Wait until every stream reached the mock, or until the count stops growing for 2 s (a proxy that
+    # queues requests behind a connection-pool limit never forwards them all).
     deadline = time.monotonic() + 30
-    reached = 0
+    reached, last_change, last = 0, time.monotonic(), -1
     while time.monotonic() < deadline:
         reached = mock_open() - open_before
         if reached >= opened:
+            break
+        if reached != last:
+            last, last_change = reached, time.monotonic()
+        elif time.monotonic() - last_change > 2.0:
             break
         time.sleep(0.2)
     time.sleep(1.0)  # let buffers and per-request state settle
@@ -480,21 +489,19 @@ def main() -> int:
             cfg = tmp / "gateway.yaml"
             gateway_config(cfg, mock_port)
             exe = Path(PY).parent / "responses-gateway"
+            help_text = subprocess.run([str(exe), "serve", "--help"], capture_output=True, text=True).stdout
+            if "--config" in help_text:
+                argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
+                argv += ["--no-local", "--log-level", "warning"]
+                results["gateway_launcher"] = "responses-gateway serve --config"
+            else:
+                # Not wired yet: the stand-in builds the same app from the same models file.
+                argv = [PY, str(HERE / "gateway_server.py"), "--port", str(port), "--config", str(cfg)]
+                results["gateway_launcher"] = "bench/gateway_server.py (serve has no --config yet)"
+            log(f"gateway launcher: {results['gateway_launcher']}")
             gw = Server(
                 "gateway",
-                [
-                    str(exe),
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--config",
-                    str(cfg),
-                    "--no-local",
-                    "--log-level",
-                    "warning",
-                ],
+                argv,
                 f"http://127.0.0.1:{port}/health",
                 proxy_cpus,
                 tmp,
@@ -590,10 +597,35 @@ def main() -> int:
                 log(f"{name}: unavailable: {info['reason']}")
 
         active = [n for n, i in con.items() if i["available"]]
+        # Idle RSS first, while each proxy is near its start-up footprint: freed memory from a load run
+        # stays in the allocator and would hide the cost of the idle streams.
+        for name in active:
+            if name.startswith("direct-") or name == "litellm-responses" or name == "gateway-responses":
+                continue
+            srv = plan[name]["server"]
+            idle_model = "bench-idle"
+            spec = {
+                "mode": "idle",
+                "host": "127.0.0.1",
+                "port": plan[name]["port"],
+                "path": plan[name]["route"][0],
+                "api": plan[name]["route"][1],
+                "model": idle_model,
+                "streams": idle_k,
+                "ramp_s": 0.5 * idle_k / 1000,
+                "api_key": plan[name].get("api_key", "sk-bench"),
+            }
+            log(f"idle RSS: {idle_k} open streams through {name}…")
+            try:
+                con[name]["idle"] = idle_test(spec, srv.pid, mock_port, load_cpus, idle_k)
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                con[name]["idle"] = {"error": str(exc)}
         stopped: set[str] = set()
         for c in concs:
             per_worker = max(2, min(12, math.ceil(a.samples / c)))
-            ramp = min(nominal_s, 0.5 * c / 1000 + 0.02)
+            # Spread first connects over up to one stream's length (1 ms per stream) so connection set-up is
+            # measured as steady load, not as one accept-backlog burst.
+            ramp = min(nominal_s, 0.001 * c)
             timeout = ramp + per_worker * nominal_s * 4 + 30
             pooled: dict[str, list[dict[str, Any]]] = {n: [] for n in active}
             meters: dict[str, dict[str, float]] = {
@@ -675,28 +707,6 @@ def main() -> int:
                 best = c
             con[name]["max_sustained"] = best
 
-        # Idle RSS: K streams that reach the upstream and wait there, per proxy.
-        for name in active:
-            if name.startswith("direct-") or name == "litellm-responses" or name == "gateway-responses":
-                continue
-            srv = plan[name]["server"]
-            idle_model = "bench-idle"
-            spec = {
-                "mode": "idle",
-                "host": "127.0.0.1",
-                "port": plan[name]["port"],
-                "path": plan[name]["route"][0],
-                "api": plan[name]["route"][1],
-                "model": idle_model,
-                "streams": idle_k,
-                "ramp_s": 0.5 * idle_k / 1000,
-                "api_key": plan[name].get("api_key", "sk-bench"),
-            }
-            log(f"idle RSS: {idle_k} open streams through {name}…")
-            try:
-                con[name]["idle"] = idle_test(spec, srv.pid, mock_port, load_cpus, idle_k)
-            except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                con[name]["idle"] = {"error": str(exc)}
         report.add_deltas(results)
         report.headline_and_targets(results)
     finally:
