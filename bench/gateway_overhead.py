@@ -395,6 +395,11 @@ def main() -> int:
         "--contenders",
         default="direct-chat,direct-responses,relay,gateway-chat,gateway-responses,litellm,litellm-responses",
     )
+    p.add_argument(
+        "--gateway-pool-limit",
+        type=int,
+        help="what-if: run the gateway via bench/gateway_server.py with this upstream connection pool size",
+    )
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-install", action="store_true", help="never pip install (LiteLLM, matplotlib)")
     p.add_argument("--no-plot", action="store_true")
@@ -490,7 +495,7 @@ def main() -> int:
             gateway_config(cfg, mock_port)
             exe = Path(PY).parent / "responses-gateway"
             help_text = subprocess.run([str(exe), "serve", "--help"], capture_output=True, text=True).stdout
-            if "--config" in help_text:
+            if "--config" in help_text and not a.gateway_pool_limit:
                 argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
                 argv += ["--no-local", "--log-level", "warning"]
                 results["gateway_launcher"] = "responses-gateway serve --config"
@@ -498,6 +503,11 @@ def main() -> int:
                 # Not wired yet: the stand-in builds the same app from the same models file.
                 argv = [PY, str(HERE / "gateway_server.py"), "--port", str(port), "--config", str(cfg)]
                 results["gateway_launcher"] = "bench/gateway_server.py (serve has no --config yet)"
+                if a.gateway_pool_limit:
+                    argv += ["--pool-limit", str(a.gateway_pool_limit)]
+                    results["gateway_launcher"] = (
+                        f"bench/gateway_server.py --pool-limit {a.gateway_pool_limit} (what-if experiment)"
+                    )
             log(f"gateway launcher: {results['gateway_launcher']}")
             gw = Server(
                 "gateway",
