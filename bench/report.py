@@ -149,7 +149,7 @@ def table(results: dict[str, Any]) -> str:
         idle = info.get("idle")
         if idle:
             lines.append(
-                f"  {name:<18} {idle.get('opened', 0):>5} open, {idle.get('reached_upstream')} reached the mock: "
+                f"  {name:<18} {idle.get('opened', 0):>5} open, {idle.get('reached_upstream')} at the mock: "
                 f"{_f(idle.get('kb_per_stream'), 1)} KB/stream"
                 f" (RSS {_f(idle.get('rss_before_mb'), 1)} -> {_f(idle.get('rss_open_mb'), 1)} MB);"
                 f" upstream streams left open 2 s after the clients closed: {idle.get('upstream_left_open')}"
