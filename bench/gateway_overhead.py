@@ -574,7 +574,8 @@ def main() -> int:
                 if srv.name == "litellm" and ll_reason:
                     started[srv.name] = ll_reason
                 else:
-                    log(f"starting {srv.name}…")
+                    if srv is not mock:
+                        log(f"starting {srv.name}…")
                     if srv is not mock:
                         servers.append(srv)
                     started[srv.name] = None if srv is mock else srv.start(90)

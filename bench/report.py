@@ -106,6 +106,8 @@ def table(results: dict[str, Any]) -> str:
     lines: list[str] = []
     cond = results.get("conditions", {})
     lines.append("Conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
+    if results.get("gateway_launcher"):
+        lines.append(f"Gateway launched by: {results['gateway_launcher']}")
     mock = results.get("mock", {})
     lines.append(
         "Mock: "
