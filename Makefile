@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test lint typecheck bench install clean
+.PHONY: run test lint typecheck bench bench-quick bench-protocol install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,15 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
+# The gateway-overhead benchmark (issue 5): mock upstream, bare relay, the gateway, LiteLLM, side by side.
 bench: $(STAMP)
+	$(BIN)/python bench/protocol.py
+	$(BIN)/python bench/gateway_overhead.py
+
+bench-quick: $(STAMP)
+	$(BIN)/python bench/gateway_overhead.py --quick
+
+bench-protocol: $(STAMP)
 	$(BIN)/python bench/protocol.py
 
 clean:
