@@ -75,11 +75,11 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
         ),
     ),
     (
-        {"model": "m", "input": "hi", "max_output_tokens": 5},
+        {"model": "m", "input": "hi", "max_output_tokens": 0},
         400,
         _err(
             "Invalid 'max_output_tokens': integer below minimum value. "
-            "Expected a value >= 16, but got 5 instead.",
+            "Expected a value >= 1, but got 0 instead.",
             "max_output_tokens",
             "integer_below_min_value",
         ),

@@ -693,7 +693,10 @@ FIELDS: dict[str, _Setter] = {
     "parallel_tool_calls": _set("parallel_tool_calls", _bool),
     "temperature": _set("temperature", lambda v, p: _number(v, p, 0, 2)),
     "top_p": _set("top_p", lambda v, p: _number(v, p, 0, 1)),
-    "max_output_tokens": _set("max_output_tokens", lambda v, p: _int(v, p, 16)),
+    # OpenAI's own API refuses budgets under 16; the back ends behind a gateway (llama.cpp, vLLM, Chat
+    # Completions servers) accept any positive budget, so the gateway does too. The openai passthrough
+    # relays OpenAI's 400 for a budget it refuses.
+    "max_output_tokens": _set("max_output_tokens", lambda v, p: _int(v, p, 1)),
     "max_tool_calls": _set("max_tool_calls", lambda v, p: _int(v, p, 1)),
     "text": _set_value("text", _text),
     "reasoning": _set_value("reasoning", _reasoning),
