@@ -9,6 +9,7 @@ A script is a list of steps, each a dict with one action key::
     - custom_tool_call: {name: apply_patch, input: ["*** Begin Patch", "…"]}
     - usage: {input_tokens: 12, output_tokens: 5, cached_tokens: 0, reasoning_tokens: 0}
     - sleep: 0.5                         # seconds of silence
+    - message: ["a", "b", "c"], delay: 0.1   # any output step: seconds of silence before each delta
     - error: {status: 429, message: "slow down", code: rate_limit_exceeded, retry_after: 2}
     - fail: {code: server_error, message: "upstream broke"}   # response.failed mid-stream
     - incomplete: max_output_tokens
@@ -52,6 +53,8 @@ ACTIONS = frozenset(
         "raise",
     }
 )
+# Steps that stream deltas; they accept ``delay`` (seconds before each delta), for slow streams.
+OUTPUT_ACTIONS = frozenset({"message", "refusal", "reasoning", "function_call", "custom_tool_call"})
 WHEN_KEYS = frozenset({"input_has", "input_lacks", "text_contains"})
 
 # Honest by default: it can stream, call function and custom tools and emit reasoning; it cannot read
@@ -87,6 +90,14 @@ def _check_step(step: Any, where: str) -> JSON:
         raise ScriptError(f"{where}: expected exactly one of {', '.join(sorted(ACTIONS))}")
     action = actions[0]
     value = step[action]
+    delay = step.get("delay")
+    if delay is not None:
+        if action not in OUTPUT_ACTIONS:
+            raise ScriptError(
+                f"{where}.delay: only output steps ({', '.join(sorted(OUTPUT_ACTIONS))}) take a delay"
+            )
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise ScriptError(f"{where}.delay: expected a non-negative number of seconds")
     if action in ("message", "refusal"):
         _chunks(value, f"{where}.{action}")
     elif action == "reasoning":
@@ -272,9 +283,17 @@ class ScriptedProvider(Provider):
 
     async def _play(self, action: str, value: Any, step: JSON, builder: StreamBuilder) -> AsyncIterator[int]:
         """Run one output step, yielding (with the number of deltas sent) whenever events are ready."""
+        delay = float(step.get("delay") or 0)
+
+        async def pace() -> None:
+            # ``delay``: each delta waits first, so the step arrives as slowly as a real upstream's.
+            if delay:
+                await asyncio.sleep(delay)
+
         if action in ("message", "refusal"):
             item = builder.open_message(phase=step.get("phase"))
             for chunk in _chunks(value, action):
+                await pace()
                 if action == "message":
                     builder.text_delta(item, chunk)
                 else:
@@ -287,10 +306,12 @@ class ScriptedProvider(Provider):
             for part in value.get("summary", []):
                 builder.open_summary_part(item)
                 for chunk in _chunks(part, "summary"):
+                    await pace()
                     builder.summary_delta(item, chunk)
                     yield 1
                 builder.close_summary_part(item)
             for chunk in _chunks(value.get("text", []), "text"):
+                await pace()
                 builder.reasoning_delta(item, chunk)
                 yield 1
             builder.close_reasoning(item)
@@ -298,6 +319,7 @@ class ScriptedProvider(Provider):
         elif action == "function_call":
             item = builder.open_function_call(value["name"], call_id=value.get("call_id"))
             for chunk in _chunks(value.get("arguments", ""), "arguments"):
+                await pace()
                 builder.arguments_delta(item, chunk)
                 yield 1
             builder.close_function_call(item)
@@ -305,6 +327,7 @@ class ScriptedProvider(Provider):
         else:
             item = builder.open_custom_tool_call(value["name"], call_id=value.get("call_id"))
             for chunk in _chunks(value.get("input", ""), "input"):
+                await pace()
                 builder.custom_input_delta(item, chunk)
                 yield 1
             builder.close_custom_tool_call(item)
