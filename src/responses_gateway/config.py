@@ -1,21 +1,40 @@
 """The models file (``serve --config models.yaml``): public model names routed to back ends.
 
 Validated once at start-up. Every error names the file and line, e.g.
-``models.yaml:7: models[1].provider: must be one of anthropic, gemini, …``.
+``models.yaml:7: models[1].provider: must be one of the known providers: anthropic, gemini, …``.
+The file's structure is checked here; each provider's factory (``providers.registry``) checks the
+``options`` it understands and reports errors through :meth:`ModelConfig.error`, with the same
+file:line form.
+
+Reference: docs/configuration.md.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["PROVIDER_KINDS", "ConfigError", "GatewayConfig", "ModelConfig", "load_config", "parse_config"]
+__all__ = [
+    "PROVIDER_KINDS",
+    "ConfigError",
+    "GatewayConfig",
+    "ModelConfig",
+    "Timeouts",
+    "UpstreamConfig",
+    "load_config",
+    "parse_config",
+]
 
+# The built-in providers; third-party ones register through the ``responses_gateway.providers``
+# entry-point group (see providers/registry.py) and are accepted as well.
 PROVIDER_KINDS = ("anthropic", "openai-chat", "openai", "gemini", "local", "scripted")
+# Built-in providers that talk to an upstream over HTTP.
+UPSTREAM_KINDS = ("anthropic", "openai-chat", "openai", "gemini")
 
 _MODEL_KEYS = {
     "name",
@@ -31,8 +50,9 @@ _MODEL_KEYS = {
     "model_path",
     "script",
 }
-_TIMEOUT_KEYS = {"connect", "read", "idle"}
-_TOP_KEYS = {"models", "local"}
+_TIMEOUT_KEYS = {"connect", "read", "total"}
+_UPSTREAM_KEYS = {"pool_limit", "pool_limit_per_host", "pool_keepalive", "pool_timeout", "trust_env"}
+_TOP_KEYS = {"models", "local", "upstream"}
 
 
 class ConfigError(ValueError):
@@ -41,9 +61,32 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
+    """Per-model upstream limits in seconds.
+
+    ``connect``: the TCP (and TLS) connect. ``read``: the longest silence, waiting for the response
+    headers or between two chunks of the body (a long generation that keeps streaming is never cut).
+    ``total``: the whole request, None for no limit.
+    """
+
     connect: float = 10.0
-    read: float = 600.0
-    idle: float = 300.0
+    read: float = 300.0
+    total: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    """The one connection pool every upstream provider shares (the file's ``upstream:`` section).
+
+    A streaming gateway holds one upstream connection per open stream, so by default the pool is
+    unlimited (0); a positive limit makes further requests wait up to ``pool_timeout`` seconds
+    (None: as long as it takes) for a free connection.
+    """
+
+    pool_limit: int = 0
+    pool_limit_per_host: int = 0
+    pool_keepalive: float = 60.0
+    pool_timeout: float | None = None
+    trust_env: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +103,22 @@ class ModelConfig:
     retries: int = 2
     model_path: str | None = None
     script: str | None = None
+    # Where the model was defined, for error messages: file, line of its entry, ``models[i]``, and the
+    # line of each key (``"provider"``, ``"options.reasoning_effort"``…).
+    source: str = field(default="<config>", compare=False)
+    line: int = field(default=1, compare=False)
+    where: str = field(default="model", compare=False)
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def api_key(self) -> str | None:
         """The upstream key, read from the environment at the moment it is needed."""
         return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def error(self, message: str, key: str | None = None) -> ConfigError:
+        """A ConfigError for this model (or one of its keys) naming the file and line."""
+        line = self.lines.get(key, self.line) if key else self.line
+        where = f"{self.where}.{key}" if key else self.where
+        return ConfigError(f"{self.source}:{line}: {where}: {message}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +126,7 @@ class GatewayConfig:
     models: tuple[ModelConfig, ...] = ()
     # The embedded model stays available as ``gemma-3-270m`` unless the file says ``local: false``.
     local: bool = True
+    upstream: UpstreamConfig = UpstreamConfig()
 
     def names(self) -> dict[str, ModelConfig]:
         """Every name a client may send (names and aliases) to its model."""
@@ -82,27 +138,37 @@ class GatewayConfig:
         return out
 
 
-def load_config(path: str | Path) -> GatewayConfig:
+def load_config(path: str | Path, *, providers: Collection[str] | None = None) -> GatewayConfig:
+    """Read and validate a models file; ``providers``: the accepted provider names (default: all
+    registered ones, built-in and entry points)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_config(text, str(path))
+    return parse_config(text, str(path), providers=providers)
 
 
-def parse_config(text: str, filename: str = "<config>") -> GatewayConfig:
+def parse_config(
+    text: str, filename: str = "<config>", *, providers: Collection[str] | None = None
+) -> GatewayConfig:
+    if providers is None:
+        # Imported here: the provider registry imports this module for ModelConfig.
+        from .providers.registry import provider_names
+
+        providers = provider_names()
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 0
         raise ConfigError(f"{filename}:{line}: invalid YAML: {exc.problem}") from None
-    return _Parser(filename).top(root)
+    return _Parser(filename, providers).top(root)
 
 
 class _Parser:
-    def __init__(self, filename: str) -> None:
+    def __init__(self, filename: str, providers: Collection[str]) -> None:
         self.filename = filename
+        self.providers = sorted(providers)
 
     def fail(self, node: yaml.Node | None, where: str, message: str) -> ConfigError:
         line = node.start_mark.line + 1 if node is not None else 1
@@ -145,6 +211,7 @@ class _Parser:
             raise self.fail(None, "config", "the file is empty")
         top = self.mapping(root, "config", _TOP_KEYS)
         local = self.scalar(top["local"], "local", bool) if "local" in top else True
+        upstream = self.upstream(top["upstream"]) if "upstream" in top else UpstreamConfig()
         models_node = top.get("models")
         if models_node is None:
             raise self.fail(root, "config", "needs a 'models' list")
@@ -152,7 +219,28 @@ class _Parser:
             raise self.fail(models_node, "models", "must be a list")
         models = [self.model(n, f"models[{i}]") for i, n in enumerate(models_node.value)]
         self.cross_check(models, models_node, local)
-        return GatewayConfig(models=tuple(models), local=local)
+        return GatewayConfig(models=tuple(models), local=local, upstream=upstream)
+
+    def upstream(self, node: yaml.Node) -> UpstreamConfig:
+        u = self.mapping(node, "upstream", _UPSTREAM_KEYS)
+        kwargs: dict[str, Any] = {}
+        for key in ("pool_limit", "pool_limit_per_host"):
+            if key in u:
+                value = self.scalar(u[key], f"upstream.{key}", int)
+                if value < 0:
+                    raise self.fail(u[key], f"upstream.{key}", "must be 0 (unlimited) or positive")
+                kwargs[key] = value
+        for key in ("pool_keepalive", "pool_timeout"):
+            if key in u:
+                if key == "pool_timeout" and _is_null(u[key]):
+                    continue
+                value = self.scalar(u[key], f"upstream.{key}", float)
+                if value <= 0:
+                    raise self.fail(u[key], f"upstream.{key}", "must be positive")
+                kwargs[key] = value
+        if "trust_env" in u:
+            kwargs["trust_env"] = self.scalar(u["trust_env"], "upstream.trust_env", bool)
+        return UpstreamConfig(**kwargs)
 
     def model(self, node: yaml.Node, where: str) -> ModelConfig:
         m = self.mapping(node, where, _MODEL_KEYS)
@@ -160,11 +248,26 @@ class _Parser:
             if required not in m:
                 raise self.fail(node, where, f"missing required key {required!r}")
         provider = self.scalar(m["provider"], f"{where}.provider", str)
-        if provider not in PROVIDER_KINDS:
-            raise self.fail(m["provider"], f"{where}.provider", f"must be one of {', '.join(PROVIDER_KINDS)}")
+        if provider not in self.providers:
+            raise self.fail(
+                m["provider"],
+                f"{where}.provider",
+                f"must be one of the known providers: {', '.join(self.providers)} (not {provider!r}); "
+                "third-party providers register through the entry-point group "
+                "'responses_gateway.providers'",
+            )
+        lines = {key: value.start_mark.line + 1 for key, value in m.items()}
+        if isinstance(m.get("options"), yaml.MappingNode):
+            for key_node, _ in m["options"].value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    lines[f"options.{key_node.value}"] = key_node.start_mark.line + 1
         kwargs: dict[str, Any] = {
             "name": self.scalar(m["name"], f"{where}.name", str),
             "provider": provider,
+            "source": self.filename,
+            "line": node.start_mark.line + 1,
+            "where": where,
+            "lines": lines,
         }
         for key in ("upstream_model", "base_url", "api_key_env", "model_path", "script"):
             if key in m:
@@ -180,7 +283,9 @@ class _Parser:
             kwargs["options"] = yaml.safe_load(yaml.serialize(m["options"]))
         if "timeouts" in m:
             t = self.mapping(m["timeouts"], f"{where}.timeouts", _TIMEOUT_KEYS)
-            values = {k: self.scalar(v, f"{where}.timeouts.{k}", float) for k, v in t.items()}
+            values = {
+                k: self.scalar(v, f"{where}.timeouts.{k}", float) for k, v in t.items() if not _is_null(v)
+            }
             for k, v in values.items():
                 if v <= 0:
                     raise self.fail(t[k], f"{where}.timeouts.{k}", "must be positive")
@@ -190,7 +295,7 @@ class _Parser:
             if not 0 <= retries <= 10:
                 raise self.fail(m["retries"], f"{where}.retries", "must be between 0 and 10")
             kwargs["retries"] = retries
-        if provider in ("anthropic", "openai-chat", "openai", "gemini") and "upstream_model" not in kwargs:
+        if provider in UPSTREAM_KINDS and "upstream_model" not in kwargs:
             raise self.fail(node, where, f"provider {provider!r} needs 'upstream_model'")
         if provider == "openai-chat" and "base_url" not in kwargs:
             raise self.fail(
@@ -217,3 +322,7 @@ class _Parser:
                     raise self.fail(
                         node.value[i], f"models[{i}].fallbacks", "a model cannot fall back to itself"
                     )
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"

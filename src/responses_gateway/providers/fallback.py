@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from ..protocol.builder import StreamBuilder
-from ..protocol.request import ResponseRequest
+from ..protocol.request import RequestError, ResponseRequest
 from .base import Provider, ProviderError
 
 __all__ = ["RETRYABLE_STATUSES", "FallbackProvider"]
@@ -25,13 +25,17 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
 class FallbackProvider(Provider):
-    """Runs ``chain[0]``, retrying and then falling back along ``chain`` on retryable early failures."""
+    """Runs ``chain[0]``, retrying and then falling back along ``chain`` on retryable early failures.
+
+    ``retries`` is how many times each back end is tried again before the next one: one number for
+    all, or one per chain member (a models file sets it per model).
+    """
 
     def __init__(
         self,
         chain: Sequence[tuple[str, Provider]],
         *,
-        retries: int = 2,
+        retries: int | Sequence[int] = 2,
         backoff: float = 0.5,
         max_wait: float = 10.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -39,7 +43,12 @@ class FallbackProvider(Provider):
         if not chain:
             raise ValueError("a fallback chain needs at least one provider")
         self.chain = list(chain)
-        self.retries = retries
+        if isinstance(retries, int):
+            self.retries = [retries] * len(self.chain)
+        else:
+            self.retries = list(retries)
+            if len(self.retries) != len(self.chain):
+                raise ValueError("retries needs one number per chain member")
         self.backoff = backoff
         self.max_wait = max_wait
         self._sleep = sleep
@@ -50,21 +59,21 @@ class FallbackProvider(Provider):
     def check_request(self, request: ResponseRequest) -> None:
         self.chain[0][1].check_request(request)
 
-    def _usable(self, request: ResponseRequest) -> list[tuple[str, Provider]]:
-        usable = [self.chain[0]]
-        for name, provider in self.chain[1:]:
+    def _usable(self, request: ResponseRequest) -> list[tuple[str, Provider, int]]:
+        usable = [(*self.chain[0], self.retries[0])]
+        for (name, provider), retries in zip(self.chain[1:], self.retries[1:], strict=True):
             try:
                 provider.check_request(request)
-            except ProviderError as exc:
-                log.info("fallback %s skipped for this request: %s", name, exc.message)
+            except (ProviderError, RequestError) as exc:
+                log.info("fallback %s skipped for this request: %s", name, exc)
                 continue
-            usable.append((name, provider))
+            usable.append((name, provider, retries))
         return usable
 
     async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         last: ProviderError | None = None
-        for name, provider in self._usable(request):
-            for attempt in range(self.retries + 1):
+        for name, provider, retries in self._usable(request):
+            for attempt in range(retries + 1):
                 before = builder.sequence_number
                 gen = provider.stream(request, builder)
                 try:
@@ -84,7 +93,7 @@ class FallbackProvider(Provider):
                             exc.code,
                             attempt + 1,
                         )
-                        if attempt == self.retries or delay > self.max_wait:
+                        if attempt == retries or delay > self.max_wait:
                             break  # next back end in the chain
                         await self._sleep(delay)
                         continue

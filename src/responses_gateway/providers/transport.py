@@ -25,7 +25,7 @@ import orjson
 
 from .upstream_errors import redact_url, transport_error
 
-__all__ = ["Timeouts", "Transport", "UpstreamResponse", "redact_url"]
+__all__ = ["Timeouts", "Transport", "UpstreamResponse", "raise_open_files_limit", "redact_url"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +40,17 @@ class Timeouts:
     read: float | None = 300.0
     total: float | None = None
 
-    def client_timeout(self) -> aiohttp.ClientTimeout:
-        """The aiohttp equivalent."""
+    def client_timeout(self, pool_timeout: float | None = None) -> aiohttp.ClientTimeout:
+        """The aiohttp equivalent.
+
+        ``connect`` bounds the socket connect only (aiohttp's ``sock_connect``): aiohttp's own
+        ``connect`` also counts the wait for a free pooled connection, and charging that wait to the
+        connect timeout turned a busy pool into 504s. The pool wait is bounded by ``pool_timeout``
+        (plus the connect itself) or, when it is None, not at all.
+        """
+        pooled = None if pool_timeout is None else pool_timeout + (self.connect or 0.0)
         return aiohttp.ClientTimeout(
-            total=self.total, connect=self.connect, sock_connect=self.connect, sock_read=self.read
+            total=self.total, connect=pooled, sock_connect=self.connect, sock_read=self.read
         )
 
 
@@ -115,21 +122,30 @@ class UpstreamResponse:
 
 
 class Transport:
-    """A pooled HTTP client for upstream APIs, created lazily inside the running event loop."""
+    """A pooled HTTP client for upstream APIs, created lazily inside the running event loop.
+
+    A streaming gateway holds one upstream connection per open stream, so the pool is unlimited by
+    default (``limit=0``, ``limit_per_host=0``); a positive limit makes further requests wait for a free
+    connection, for at most ``pool_timeout`` seconds (None: as long as it takes) before a 504.
+    """
 
     def __init__(
         self,
         *,
         timeouts: Timeouts | None = None,
-        limit: int = 256,
-        limit_per_host: int = 64,
+        limit: int = 0,
+        limit_per_host: int = 0,
         keepalive: float = 60.0,
+        pool_timeout: float | None = None,
         trust_env: bool = False,
     ) -> None:
+        if limit < 0 or limit_per_host < 0:
+            raise ValueError("connection pool limits must be 0 (unlimited) or positive")
         self.timeouts = timeouts or Timeouts()
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._keepalive = keepalive
+        self._pool_timeout = pool_timeout
         # Honouring HTTP(S)_PROXY is opt-in: a gateway usually talks to its upstreams directly.
         self._trust_env = trust_env
         self._session: aiohttp.ClientSession | None = None
@@ -153,7 +169,7 @@ class Transport:
             )
             session = aiohttp.ClientSession(
                 connector=connector,
-                timeout=self.timeouts.client_timeout(),
+                timeout=self.timeouts.client_timeout(self._pool_timeout),
                 trust_env=self._trust_env,
                 skip_auto_headers=("User-Agent",),
             )
@@ -179,7 +195,7 @@ class Transport:
                 url,
                 data=orjson.dumps(json_body),
                 headers=sent,
-                timeout=limits.client_timeout(),
+                timeout=limits.client_timeout(self._pool_timeout),
                 allow_redirects=False,
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -193,3 +209,25 @@ class Transport:
             # RuntimeError: closed from a different loop than it was made in; nothing left to release.
             with contextlib.suppress(RuntimeError):
                 await session.close()
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit on open files to the hard limit; the new soft limit.
+
+    Each open stream holds two sockets (client and upstream) and the pool is unlimited by default; the
+    usual soft limit of 1,024 would fail a busy gateway's connects with EMFILE long before the CPU runs
+    out.
+    """
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft >= hard:
+        return soft
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        return soft
+    return target

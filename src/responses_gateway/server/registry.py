@@ -1,4 +1,9 @@
-"""Model name -> Provider. Providers that are slow to build (the embedded model) are built on first use."""
+"""Model name -> Provider. Providers that are slow to build (the embedded model) are built on first use.
+
+A model may have aliases (other names for the same provider) and fallbacks (other models tried, in
+order, when it fails before its first byte: ``providers.fallback``). :func:`registry_from_config` builds
+the whole registry from a models file.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,17 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ..config import ConfigError, GatewayConfig
 from ..providers.base import Provider
+from ..providers.fallback import FallbackProvider
+from ..providers.registry import ProviderContext, build_provider, check_lazy, factory_for, is_lazy
+from ..providers.transport import Transport
 
-__all__ = ["LOCAL_MODEL", "ModelRegistry", "default_registry"]
+__all__ = ["LOCAL_MODEL", "ModelRegistry", "default_registry", "registry_from_config"]
 
 log = logging.getLogger("responses_gateway.registry")
 
@@ -28,6 +38,12 @@ class _Entry:
     provider: Provider | None = None
     factory: ProviderFactory | None = None
     lock: asyncio.Lock | None = None
+    aliases: tuple[str, ...] = ()
+    # Fallback chain: the model names tried after this one, and the retries of each chain member.
+    fallbacks: tuple[str, ...] = ()
+    retries: int = 0
+    chain: Provider | None = None  # the composed FallbackProvider, built on first use
+    loaded: bool = False
 
 
 class ModelRegistry:
@@ -35,101 +51,246 @@ class ModelRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._aliases: dict[str, str] = {}
+        self._closers: list[Callable[[], Awaitable[None]]] = []
 
     def add(
-        self, provider: Provider, name: str | None = None, *, owned_by: str = "responses-gateway"
+        self,
+        provider: Provider,
+        name: str | None = None,
+        *,
+        owned_by: str = "responses-gateway",
+        aliases: Sequence[str] = (),
+        fallbacks: Sequence[str] = (),
+        retries: int = 0,
     ) -> None:
-        """Serve ``provider`` under ``name`` (default: ``provider.name``)."""
+        """Serve ``provider`` under ``name`` (default: ``provider.name``) and its ``aliases``.
+
+        With ``fallbacks`` (names of other models in this registry) or ``retries``, requests go through
+        a FallbackProvider: retried ``retries`` times, then the fallbacks in order, on failures before
+        the first byte.
+        """
         model = name or provider.name
         if not model:
             raise ValueError("a model needs a name")
-        self._entries[model] = _Entry(model, owned_by, int(time.time()), provider=provider)
+        entry = _Entry(model, owned_by, int(time.time()), provider=provider)
+        self._register(entry, aliases, fallbacks, retries)
 
-    def add_lazy(self, name: str, factory: ProviderFactory, *, owned_by: str = "responses-gateway") -> None:
+    def add_lazy(
+        self,
+        name: str,
+        factory: ProviderFactory,
+        *,
+        owned_by: str = "responses-gateway",
+        aliases: Sequence[str] = (),
+        fallbacks: Sequence[str] = (),
+        retries: int = 0,
+    ) -> None:
         """Serve a provider that ``factory`` builds (in a worker thread) when the model is first asked for."""
-        self._entries[name] = _Entry(name, owned_by, int(time.time()), factory=factory)
+        entry = _Entry(name, owned_by, int(time.time()), factory=factory)
+        self._register(entry, aliases, fallbacks, retries)
+
+    def _register(
+        self, entry: _Entry, aliases: Sequence[str], fallbacks: Sequence[str], retries: int
+    ) -> None:
+        for name in (entry.name, *aliases):
+            if name in self._aliases:
+                raise ValueError(f"the model name {name!r} is already an alias")
+        old = self._entries.get(entry.name)
+        if old is not None:
+            for alias in old.aliases:
+                self._aliases.pop(alias, None)
+        entry.aliases = tuple(aliases)
+        entry.fallbacks = tuple(fallbacks)
+        entry.retries = retries
+        self._entries[entry.name] = entry
+        for alias in entry.aliases:
+            self._aliases[alias] = entry.name
+
+    def close_on_shutdown(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Run ``close`` in :meth:`aclose`, after the providers (e.g. a shared Transport's aclose)."""
+        self._closers.append(close)
+
+    def _entry(self, name: str) -> _Entry | None:
+        return self._entries.get(self._aliases.get(name, name))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return isinstance(name, str) and self._entry(name) is not None
 
     def names(self) -> list[str]:
-        return list(self._entries)
+        """Every name a client may send: each model followed by its aliases."""
+        return [n for e in self._entries.values() for n in (e.name, *e.aliases)]
 
     def get_loaded(self, name: str) -> Provider | None:
         """The provider if it is already built, without building it."""
-        entry = self._entries.get(name)
+        entry = self._entry(name)
         return entry.provider if entry is not None else None
 
-    async def get(self, name: str) -> Provider | None:
-        """The provider serving ``name``, building it on first use; None for an unknown model."""
-        entry = self._entries.get(name)
-        if entry is None:
-            return None
-        if entry.provider is not None:
+    async def _build(self, entry: _Entry, *, load: bool) -> Provider:
+        """The entry's own provider (no fallback chain), built once; loaded (weights) if ``load``."""
+        if entry.provider is not None and (entry.loaded or not load):
             return entry.provider
         if entry.lock is None:
             entry.lock = asyncio.Lock()
         async with entry.lock:
             if entry.provider is None:
                 assert entry.factory is not None
-                log.info("loading model %s", name)
+                log.info("building model %s", entry.name)
                 started = time.perf_counter()
-                # Loading weights takes seconds: keep the event loop serving other requests meanwhile.
-                provider = await asyncio.to_thread(entry.factory)
-                await _load(provider)
-                entry.provider = provider
-                log.info("model %s ready in %.1f s", name, time.perf_counter() - started)
+                # Building may import heavy modules: keep the event loop serving other requests meanwhile.
+                entry.provider = await asyncio.to_thread(entry.factory)
+                log.info("model %s built in %.1f s", entry.name, time.perf_counter() - started)
+            if load and not entry.loaded:
+                started = time.perf_counter()
+                if await _load(entry.provider):
+                    log.info("model %s loaded in %.1f s", entry.name, time.perf_counter() - started)
+                entry.loaded = True
         return entry.provider
+
+    async def get(self, name: str) -> Provider | None:
+        """The provider serving ``name`` (a model or an alias), building it on first use; None for an
+        unknown model."""
+        entry = self._entry(name)
+        if entry is None:
+            return None
+        if entry.chain is not None:
+            return entry.chain
+        provider = await self._build(entry, load=entry.factory is not None)
+        if not entry.fallbacks and entry.retries <= 0:
+            return provider
+        chain: list[tuple[str, Provider]] = [(entry.name, provider)]
+        retries = [entry.retries]
+        for target in entry.fallbacks:
+            member = self._entry(target)
+            if member is None:
+                raise LookupError(f"model {entry.name!r} falls back to {target!r}, which is not served")
+            # Fallbacks are built now but load their weights (if any) only if they are ever used.
+            chain.append((member.name, await self._build(member, load=False)))
+            retries.append(member.retries)
+        if entry.chain is None:
+            entry.chain = FallbackProvider(chain, retries=retries)
+        return entry.chain
 
     async def preload(self) -> None:
         """Build and load every model now (at start-up) instead of on its first request."""
-        for name in self.names():
-            provider = await self.get(name)
-            if provider is not None:
-                await _load(provider)
+        for entry in list(self._entries.values()):
+            await self._build(entry, load=True)
+            await self.get(entry.name)
+
+    def _model(self, name: str, entry: _Entry) -> dict[str, object]:
+        return {"id": name, "object": "model", "created": entry.created, "owned_by": entry.owned_by}
 
     def models(self) -> list[dict[str, object]]:
-        """The ``data`` of ``GET /v1/models``, in OpenAI's Model shape."""
-        return [
-            {"id": e.name, "object": "model", "created": e.created, "owned_by": e.owned_by}
-            for e in self._entries.values()
-        ]
+        """The ``data`` of ``GET /v1/models``, in OpenAI's Model shape (aliases included)."""
+        return [self._model(n, e) for e in self._entries.values() for n in (e.name, *e.aliases)]
 
     def model(self, name: str) -> dict[str, object] | None:
-        entry = self._entries.get(name)
-        if entry is None:
-            return None
-        return {"id": entry.name, "object": "model", "created": entry.created, "owned_by": entry.owned_by}
+        entry = self._entry(name)
+        return None if entry is None else self._model(name, entry)
 
     async def aclose(self) -> None:
-        """Close every built provider."""
+        """Close every built provider, then the shared resources."""
         for entry in self._entries.values():
             if entry.provider is not None:
                 try:
                     await entry.provider.aclose()
                 except Exception:
                     log.exception("closing model %s failed", entry.name)
+        for close in self._closers:
+            try:
+                await close()
+            except Exception:
+                log.exception("closing a shared resource failed")
 
 
-async def _load(provider: Provider) -> None:
+async def _load(provider: Provider) -> bool:
     # Providers with weights (the embedded model) expose an idempotent blocking ``load()``.
     load = getattr(provider, "load", None)
     if callable(load):
         await asyncio.to_thread(load)
+        return True
+    return False
+
+
+def _build_local(model_path: str | None, data_dir: Any = None) -> Provider:
+    # Imported here: llama_cpp takes a while to import and is an optional dependency.
+    module = importlib.import_module("responses_gateway.providers.local")
+    provider = module.LocalProvider(model_path, data_dir=data_dir)
+    if not isinstance(provider, Provider):
+        raise TypeError("LocalProvider is not a Provider")
+    return provider
 
 
 def default_registry(*, local: bool = True, model_path: str | None = None) -> ModelRegistry:
     """The embedded local model (unless ``local`` is False) and nothing else."""
     registry = ModelRegistry()
     if local:
+        registry.add_lazy(LOCAL_MODEL, lambda: _build_local(model_path), owned_by="local")
+    return registry
 
-        def build_local() -> Provider:
-            # Imported here: llama_cpp takes a while to import and is an optional dependency.
-            module = importlib.import_module("responses_gateway.providers.local")
-            provider = module.LocalProvider(model_path)
-            if not isinstance(provider, Provider):
-                raise TypeError("LocalProvider is not a Provider")
-            return provider
 
-        registry.add_lazy(LOCAL_MODEL, build_local, owned_by="local")
+def registry_from_config(
+    config: GatewayConfig,
+    *,
+    local: bool = True,
+    model_path: str | None = None,
+    context: ProviderContext | None = None,
+) -> ModelRegistry:
+    """The registry a models file describes: the embedded model (if ``local`` and the file allow it),
+    then each model under its name and aliases, built by its provider's factory, with its fallbacks.
+
+    Every upstream provider shares ``context.transport`` (one connection pool sized by the file's
+    ``upstream:`` section when no context is given); the registry closes it in :meth:`aclose`.
+    ``model_path`` (--model-path) is the GGUF of the embedded model and of ``local`` models that name
+    none (ignored when a context is given: it carries its own).
+    Raises ConfigError (file and line) for a model that cannot be built.
+    """
+    if context is None:
+        up = config.upstream
+        context = ProviderContext(
+            transport=Transport(
+                limit=up.pool_limit,
+                limit_per_host=up.pool_limit_per_host,
+                keepalive=up.pool_keepalive,
+                pool_timeout=up.pool_timeout,
+                trust_env=up.trust_env,
+            ),
+            model_path=model_path,
+        )
+    ctx = context
+    registry = ModelRegistry()
+    registry.close_on_shutdown(ctx.transport.aclose)
+    served = {m.name for m in config.models}
+    if local and config.local and LOCAL_MODEL not in served:
+        registry.add_lazy(
+            LOCAL_MODEL, lambda: _build_local(ctx.model_path, ctx.data_dir), owned_by="local", retries=0
+        )
+    for model in config.models:
+        common: dict[str, Any] = {
+            "owned_by": model.provider,
+            "aliases": model.aliases,
+            "fallbacks": model.fallbacks,
+            "retries": model.retries,
+        }
+        for target in model.fallbacks:
+            if target == LOCAL_MODEL and not (local and config.local) and target not in served:
+                raise model.error(f"falls back to {LOCAL_MODEL!r}, which --no-local turned off", "fallbacks")
+        factory = factory_for(model)
+        if is_lazy(factory):
+            check_lazy(factory, model, ctx)
+
+            def build(m: Any = model, f: Any = factory) -> Provider:
+                provider = f(m, ctx)
+                if not isinstance(provider, Provider):
+                    raise TypeError(f"the {m.provider!r} factory returned {type(provider).__name__}")
+                return provider
+
+            registry.add_lazy(model.name, build, **common)
+        else:
+            try:
+                registry.add(build_provider(model, ctx), model.name, **common)
+            except ConfigError:
+                raise
+            except (TypeError, ValueError) as exc:
+                raise model.error(f"provider {model.provider!r} could not be built: {exc}") from None
     return registry
