@@ -8,21 +8,29 @@ import os
 import sys
 
 from ..providers.scripted import ScriptedProvider, ScriptError
+from ..providers.transport import raise_open_files_limit
 from .app import GatewayApp
 from .config import DEFAULT_MAX_BODY_BYTES, ServerConfig
-from .registry import LOCAL_MODEL, ModelRegistry, default_registry
+from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_from_config
 
 __all__ = ["add_serve_arguments", "build_app", "serve"]
 
 log = logging.getLogger("responses_gateway.server")
 
 API_KEYS_ENV = "RG_API_KEYS"
+CONFIG_ENV = "RG_CONFIG"
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``serve`` options to ``parser``."""
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    parser.add_argument(
+        "--config",
+        default=os.environ.get(CONFIG_ENV) or None,
+        metavar="FILE",
+        help=f"models file routing model names to providers (also {CONFIG_ENV}); see docs/configuration.md",
+    )
     parser.add_argument(
         "--model-path",
         default=None,
@@ -81,8 +89,15 @@ def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def build_registry(args: argparse.Namespace) -> ModelRegistry:
-    """The models ``serve`` offers: the embedded one (unless --no-local) plus each --script."""
-    registry = default_registry(local=not args.no_local, model_path=args.model_path)
+    """The models ``serve`` offers: the models file's (--config), the embedded one (unless --no-local or
+    the file's ``local: false``), plus each --script."""
+    if args.config:
+        from ..config import load_config
+
+        models = load_config(args.config)
+        registry = registry_from_config(models, local=not args.no_local, model_path=args.model_path)
+    else:
+        registry = default_registry(local=not args.no_local, model_path=args.model_path)
     for path in args.script:
         registry.add(ScriptedProvider.from_file(path))
     return registry
@@ -113,7 +128,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     names = app.registry.names()
     if not names:
-        sys.stderr.write("responses-gateway serve: no models to serve (--no-local and no --script)\n")
+        sys.stderr.write("responses-gateway serve: no models to serve (no --config, --script, local model)\n")
         return 2
     log.info(
         "serving %s on http://%s:%d/v1 (keepalive %s every %gs, api keys %s)",
@@ -124,7 +139,7 @@ def serve(args: argparse.Namespace) -> int:
         args.keepalive_interval,
         "required" if app.config.api_keys else "off",
     )
-    if not args.preload and not args.no_local:
+    if not args.preload and LOCAL_MODEL in names:
         log.info(
             "the embedded model %s loads on its first request (use --preload to load it now)", LOCAL_MODEL
         )
@@ -139,5 +154,6 @@ def serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     server = uvicorn.Server(config)
+    raise_open_files_limit()  # one socket per stream each side; the upstream pool is unlimited
     server.run()
     return 0 if server.started else 1
