@@ -162,8 +162,8 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
         {"model": "m", "input": "hi", "previous_response_id": "resp_1"},
         400,
         _err(
-            "Unsupported parameter: 'previous_response_id' is not supported by this gateway yet: "
-            "it stores no responses. Send the whole conversation in 'input' instead.",
+            "Unsupported parameter: 'previous_response_id' needs stored state, and this gateway runs "
+            "without a store (serve --store none). Send the whole conversation in 'input' instead.",
             "previous_response_id",
         ),
     ),
@@ -171,8 +171,8 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
         {"model": "m", "input": "hi", "background": True},
         400,
         _err(
-            "Unsupported parameter: 'background' is not supported by this gateway yet: it runs every "
-            "response in the foreground.",
+            "Unsupported parameter: 'background' needs stored state, and this gateway runs without a "
+            "store (serve --store none). Send the whole conversation in 'input' instead.",
             "background",
         ),
     ),
@@ -180,8 +180,8 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
         {"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]},
         400,
         _err(
-            "Unsupported parameter: 'input[0]' (item_reference) is not supported by this gateway yet: it "
-            "stores no items. Send the referenced item itself, or use store=false in the client.",
+            "Unsupported parameter: 'input[0]' (item_reference) needs stored state, and this gateway runs "
+            "without a store (serve --store none). Send the whole conversation in 'input' instead.",
             "input[0]",
         ),
     ),

@@ -170,7 +170,11 @@ def test_echo_fields_build_a_response() -> None:
             "input[0].summary[0].type",
             "invalid_value",
         ),
-        ({"model": "m", "conversation": "conv_1"}, "conversation", None),
+        ({"model": "m", "conversation": {"name": "x"}}, "conversation.id", "missing_required_parameter"),
+        ({"model": "m", "conversation": 3}, "conversation", "invalid_type"),
+        ({"model": "m", "previous_response_id": 3}, "previous_response_id", "invalid_type"),
+        ({"model": "m", "background": "yes"}, "background", "invalid_type"),
+        ({"model": "m", "input": [{"type": "item_reference"}]}, "input[0].id", "missing_required_parameter"),
         ({"model": "m", "prompt": {"id": "pmpt_1"}}, "prompt", None),
     ],
 )

@@ -361,16 +361,17 @@ def _input_item(value: Any, param: str) -> JSON:
     kind = item.get("type")
     if kind is None and "role" in item:
         return _message(item, param)
+    if kind is None and set(item) == {"id"}:
+        # OpenAI's ItemReference: ``type`` is optional.
+        _required_str(item, "id", param)
+        return {"type": "item_reference", "id": item["id"]}
     kind = _type_of(item, param)
     if kind == "message":
         return _message(item, param)
     if kind == "item_reference":
+        # Resolved from the store by the server (the Vercel AI SDK sends these by default).
         _required_str(item, "id", param)
-        raise _unsupported(
-            param,
-            "(item_reference) is not supported by this gateway yet: it stores no items. "
-            "Send the referenced item itself, or use store=false in the client.",
-        )
+        return {"type": "item_reference", "id": item["id"]}
     if kind in ("function_call", "custom_tool_call"):
         _required_str(item, "call_id", param)
         _required_str(item, "name", param)
@@ -721,13 +722,10 @@ FIELDS: dict[str, _Setter] = {
     "prompt": _set_value("prompt", _prompt),
 }
 
-# Features that need stored state (responses, conversations, background jobs, prompt templates);
-# refused with a clear message until the store exists, rather than silently ignored.
+# Stored prompt templates do not exist here: refused with a clear message rather than silently ignored.
+# (previous_response_id, conversation, background and item_reference are checked against the store by
+# the server, which refuses them only when it runs without one.)
 _STATEFUL = {
-    "previous_response_id": "is not supported by this gateway yet: it stores no responses. Send the whole "
-    "conversation in 'input' instead.",
-    "conversation": "is not supported by this gateway yet: it stores no conversations. Send the whole "
-    "conversation in 'input' instead.",
     "prompt": "is not supported by this gateway: it has no stored prompt templates. Send 'instructions' "
     "and 'input' instead.",
 }
@@ -753,8 +751,4 @@ def parse_request(body: Any) -> ResponseRequest:
     for key, why in _STATEFUL.items():
         if getattr(req, key) is not None:
             raise _unsupported(key, why)
-    if req.background:
-        raise _unsupported(
-            "background", "is not supported by this gateway yet: it runs every response in the foreground."
-        )
     return req

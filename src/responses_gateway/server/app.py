@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 import orjson
 
-from ..protocol.builder import StreamBuilder
-from ..protocol.request import RequestError, parse_request
-from ..protocol.response import new_response
-from ..providers.base import Provider, ProviderError
+from ..providers.base import Provider
+from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
+from ..store import Store, open_store
 from .auth import APIKeyAuth
-from .capabilities import check_capabilities
 from .config import ServerConfig
 from .errors import HTTPError, send_error, send_json
 from .registry import ModelRegistry
-from .streaming import GENERIC_FAILURE, respond_json, respond_stream
+from .responses import ResponsesAPI
+from .streaming import GENERIC_FAILURE
 from .types import Receive, Scope, Send
 
 __all__ = ["GatewayApp"]
@@ -34,18 +34,49 @@ _MODELS_PREFIX = "/v1/models/"
 
 
 class GatewayApp:
-    """ASGI application serving ``POST /v1/responses``, ``GET /v1/models`` and ``GET /health``."""
+    """ASGI application serving the Responses API, ``GET /v1/models`` and ``GET /health``.
+
+    ``store`` is the open :class:`~responses_gateway.store.Store` (None before start-up, or when the
+    config has no ``store_url``); :meth:`owner_for` names who owns what a request reads and writes.
+    """
 
     def __init__(self, registry: ModelRegistry, config: ServerConfig | None = None, *, preload: bool = False):
         self.registry = registry
         self.config = config or ServerConfig()
         self._auth = APIKeyAuth(self.config.api_keys)
         self._preload = preload
+        self.store: Store | None = None
+        self._sealer: Sealer | None = None
+        self.responses = ResponsesAPI(self)
         self._routes: dict[str, dict[str, Handler]] = {
-            "/v1/responses": {"POST": self._create_response},
+            "/v1/responses": {"POST": self.responses.create},
             "/v1/models": {"GET": self._list_models},
             "/health": {"GET": self._health},
         }
+        # Path-prefix routers tried in order when no exact route matches: path -> methods, or None.
+        self._prefix_routes: list[Callable[[str], dict[str, Handler] | None]] = [self.responses.routes]
+
+    def owner_for(self, scope: Scope) -> str:
+        """The owner of what this request stores and reads: a hash of its API key, or one shared owner.
+
+        Raises the 401 :class:`HTTPError` for a missing or wrong key (when keys are configured).
+        """
+        return self._auth.owner(scope["headers"])
+
+    @property
+    def sealer(self) -> Sealer:
+        """The key sealing reasoning state: ``RG_SEAL_KEY``, else ``<data_dir>/seal.key``, else in memory."""
+        if self._sealer is None:
+            if os.environ.get(SEAL_KEY_ENV) or self.config.data_dir:
+                self._sealer = load_sealer(self.config.data_dir)
+            else:
+                log.warning(
+                    "no %s and no data directory: reasoning state is sealed with a key kept in memory, "
+                    "which a restart forgets",
+                    SEAL_KEY_ENV,
+                )
+                self._sealer = Sealer([os.urandom(32)])
+        return self._sealer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -60,6 +91,9 @@ class GatewayApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
+                    _ = self.sealer
+                    if self.config.store_url is not None:
+                        self.store = await open_store(self.config.store_url, redis_url=self.config.redis_url)
                     if self._preload:
                         await self.registry.preload()
                 except Exception as exc:
@@ -68,6 +102,10 @@ class GatewayApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await self.responses.shutdown()
+                if self.store is not None:
+                    store, self.store = self.store, None
+                    await store.close()
                 await self.registry.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -81,6 +119,11 @@ class GatewayApp:
             methods = self._routes.get(path)
             if methods is None and path.startswith(_MODELS_PREFIX) and len(path) > len(_MODELS_PREFIX):
                 methods = {"GET": self._get_model}
+            if methods is None:
+                for router in self._prefix_routes:
+                    methods = router(path)
+                    if methods is not None:
+                        break
             if methods is None:
                 raise HTTPError(404, f"Invalid URL ({method} {path})", code="not_found")
             handler = methods.get(method)
@@ -141,43 +184,6 @@ class GatewayApp:
         if model is None:
             raise _model_not_found(name)
         await send_json(send, 200, orjson.dumps(model))
-
-    async def _create_response(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raw = await self._read_body(scope, receive)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise HTTPError(
-                400,
-                "We could not parse the JSON body of your request. The API expects a JSON payload, but "
-                "what was sent was not valid JSON.",
-            ) from None
-        try:
-            request = parse_request(body)
-        except RequestError as exc:
-            raise HTTPError.from_request_error(exc) from None
-        provider = await self._provider(request.model)
-        try:
-            check_capabilities(request, provider.capabilities)
-            provider.check_request(request)
-        except RequestError as exc:
-            raise HTTPError.from_request_error(exc) from None
-        except ProviderError as exc:
-            raise HTTPError.from_provider_error(exc) from None
-        builder = StreamBuilder(new_response(request.model, **request.echo()))
-        builder.start()
-        if request.stream:
-            await respond_stream(
-                send,
-                receive,
-                provider,
-                request,
-                builder,
-                keepalive=self.config.keepalive,
-                keepalive_interval=self.config.keepalive_interval,
-            )
-        else:
-            await respond_json(send, receive, provider, request, builder)
 
     async def _provider(self, model: str) -> Provider:
         try:

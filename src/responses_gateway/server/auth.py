@@ -8,9 +8,13 @@ from collections.abc import Iterable
 
 from .errors import HTTPError
 
-__all__ = ["APIKeyAuth"]
+__all__ = ["SHARED_OWNER", "APIKeyAuth"]
 
 _CHALLENGE = [(b"www-authenticate", b"Bearer")]
+
+# The owner of everything stored when no API keys are configured.
+SHARED_OWNER = "shared"
+_OWNER_SALT = b"responses-gateway/owner/v1\x00"
 
 
 class APIKeyAuth:
@@ -28,8 +32,15 @@ class APIKeyAuth:
 
     def check(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """Raise HTTPError(401) unless the request carries a configured key."""
+        self.owner(headers)
+
+    def owner(self, headers: Iterable[tuple[bytes, bytes]]) -> str:
+        """Who owns what this request stores: a salted hash of its key (never the key), or the shared owner.
+
+        Raises HTTPError(401) as :meth:`check` does.
+        """
         if not self._digests:
-            return
+            return SHARED_OWNER
         value = b""
         for name, header in headers:
             if name.lower() == b"authorization":
@@ -52,3 +63,4 @@ class APIKeyAuth:
             matched |= hmac.compare_digest(digest, known)
         if not matched:
             raise HTTPError(401, "Incorrect API key provided.", code="invalid_api_key", headers=_CHALLENGE)
+        return "key_" + hashlib.sha256(_OWNER_SALT + token).hexdigest()[:40]

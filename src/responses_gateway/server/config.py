@@ -12,12 +12,23 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """How the gateway serves: keepalive policy, API keys, request size limit."""
+    """How the gateway serves: keepalive policy, API keys, request size limit, persistence.
+
+    ``store_url`` (``sqlite:///…`` or ``postgresql://…``) is opened at start-up; ``None`` runs without a
+    store (nothing is kept; ``previous_response_id``, ``background``… are refused). ``redis_url`` fans
+    live events and cancels out across instances. ``data_dir`` holds the seal key (and the default
+    SQLite file, chosen by ``serve``); without it and without ``RG_SEAL_KEY`` the key lives in memory.
+    """
 
     keepalive: KeepaliveMode = "in_progress"
     keepalive_interval: float = 10.0
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    store_url: str | None = field(default=None, repr=False)
+    redis_url: str | None = field(default=None, repr=False)
+    data_dir: str | None = None
+    # How long POST /v1/responses/{id}/cancel waits for the running response to stop.
+    cancel_wait: float = 5.0
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):

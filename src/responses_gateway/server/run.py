@@ -19,6 +19,16 @@ log = logging.getLogger("responses_gateway.server")
 
 API_KEYS_ENV = "RG_API_KEYS"
 CONFIG_ENV = "RG_CONFIG"
+STORE_ENV = "RG_STORE_URL"
+REDIS_ENV = "RG_REDIS_URL"
+DATA_DIR_ENV = "RG_DATA_DIR"
+NO_STORE = ("none", "off")
+
+
+def default_data_dir() -> str:
+    """``$XDG_DATA_HOME/responses-gateway``, else ``~/.local/share/responses-gateway``."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "responses-gateway")
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +87,27 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"largest accepted request body (default {DEFAULT_MAX_BODY_BYTES})",
     )
     parser.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="where responses, events and conversations are kept: sqlite:///path/gateway.db or "
+        f"postgresql://user@host/db, or 'none' (also {STORE_ENV}; default sqlite:///<data-dir>/gateway.db)",
+    )
+    parser.add_argument(
+        "--redis",
+        default=None,
+        metavar="URL",
+        help="redis://host:6379/0 to share live events and cancels between gateway instances "
+        f"(also {REDIS_ENV})",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help=f"the default SQLite store and the seal key live here (also {DATA_DIR_ENV}; "
+        "default $XDG_DATA_HOME/responses-gateway or ~/.local/share/responses-gateway)",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
     parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
@@ -86,6 +117,26 @@ def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
     keys = list(args.api_key)
     keys += [k.strip() for k in os.environ.get(API_KEYS_ENV, "").split(",")]
     return tuple(dict.fromkeys(k for k in keys if k))
+
+
+def store_settings(args: argparse.Namespace) -> tuple[str | None, str | None, str]:
+    """``(store_url, redis_url, data_dir)`` from the options, then the environment, then the defaults."""
+    from ..store import default_store_url
+
+    data_dir = args.data_dir or os.environ.get(DATA_DIR_ENV) or default_data_dir()
+    store: str | None = args.store or os.environ.get(STORE_ENV) or default_store_url(data_dir)
+    if store is not None and store.strip().lower() in NO_STORE:
+        store = None
+    redis = args.redis or os.environ.get(REDIS_ENV) or None
+    if redis is not None and store is None:
+        raise ValueError("--redis needs a store (--store sqlite:///… or postgresql://…)")
+    if redis is not None and not redis.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"--redis: expected a redis:// URL, got {redis.split('://')[0]}://…")
+    if store is not None:
+        from ..store import database_for_url
+
+        database_for_url(store)  # a bad URL fails here, before the server starts
+    return store, redis, data_dir
 
 
 def build_registry(args: argparse.Namespace) -> ModelRegistry:
@@ -105,13 +156,25 @@ def build_registry(args: argparse.Namespace) -> ModelRegistry:
 
 def build_app(args: argparse.Namespace) -> GatewayApp:
     """The ASGI app for parsed ``serve`` options."""
+    store_url, redis_url, data_dir = store_settings(args)
     config = ServerConfig(
         keepalive=args.keepalive,
         keepalive_interval=args.keepalive_interval,
         api_keys=_api_keys(args),
         max_body_bytes=args.max_body_bytes,
+        store_url=store_url,
+        redis_url=redis_url,
+        data_dir=data_dir,
     )
     return GatewayApp(build_registry(args), config, preload=args.preload)
+
+
+def _describe_store(url: str | None) -> str:
+    """The store URL without credentials (for the start-up log line)."""
+    if url is None:
+        return "none (nothing is kept)"
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -139,6 +202,7 @@ def serve(args: argparse.Namespace) -> int:
         args.keepalive_interval,
         "required" if app.config.api_keys else "off",
     )
+    log.info("store: %s%s", _describe_store(app.config.store_url), " + redis" if app.config.redis_url else "")
     if not args.preload and LOCAL_MODEL in names:
         log.info(
             "the embedded model %s loads on its first request (use --preload to load it now)", LOCAL_MODEL

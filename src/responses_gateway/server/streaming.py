@@ -15,8 +15,10 @@ cancellation at its pending await and is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,7 +31,17 @@ from .config import KeepaliveMode
 from .errors import HTTPError, status_for_code
 from .types import Receive, Send
 
-__all__ = ["ClientWatch", "respond_json", "respond_stream"]
+__all__ = [
+    "ClientWatch",
+    "Recording",
+    "follow_stream",
+    "respond_json",
+    "respond_stream",
+    "run_detached",
+    "stop_run",
+]
+
+JSON = dict[str, Any]
 
 log = logging.getLogger("responses_gateway.server")
 
@@ -47,28 +59,121 @@ KEEPALIVE_COMMENT = encode_comment("keepalive")
 
 
 class ClientWatch:
-    """Watches ``receive()`` for ``http.disconnect`` and cancels the request task when it comes."""
+    """Cancels the request (or worker) task when the client goes away or a stop signal is set.
 
-    __slots__ = ("_task", "_watcher", "gone")
+    ``receive`` is watched for ``http.disconnect`` (reason ``"client"``); ``stop`` (the store's cancel
+    signal for a stored response: cancel or delete) gives reason ``"stopped"``. ``reason`` says which
+    came first; ``None`` means the task was cancelled by something else (shutdown).
+    """
 
-    def __init__(self, receive: Receive) -> None:
-        self.gone = False
+    __slots__ = ("_task", "_watchers", "closed", "reason")
+
+    def __init__(self, receive: Receive | None, stop: asyncio.Event | None = None) -> None:
+        self.reason: str | None = None
+        self.closed = False
         task = asyncio.current_task()
         assert task is not None
         self._task = task
-        self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+        loop = asyncio.get_running_loop()
+        self._watchers: list[asyncio.Task[None]] = []
+        if receive is not None:
+            self._watchers.append(loop.create_task(self._watch(receive)))
+        if stop is not None:
+            self._watchers.append(loop.create_task(self._watch_stop(stop)))
+
+    @property
+    def gone(self) -> bool:
+        """The client disconnected."""
+        return self.reason == "client"
 
     async def _watch(self, receive: Receive) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                self.gone = True
-                self._task.cancel()
+                self.stop("client")
                 return
+
+    async def _watch_stop(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stop("stopped")
+
+    def stop(self, reason: str) -> None:
+        """Interrupt the task (once, and not after :meth:`close`)."""
+        if self.reason is None and not self.closed:
+            self.reason = reason
+            self._task.cancel()
 
     def close(self) -> None:
         """Stop watching (idempotent)."""
-        self._watcher.cancel()
+        self.closed = True
+        for watcher in self._watchers:
+            watcher.cancel()
+
+
+@dataclass(slots=True)
+class Recording:
+    """Where a stored response's events go besides the client (see ``store.EventRecorder``).
+
+    ``add(events, final)`` queues events in order without waiting (``final`` overrides the terminal
+    snapshot written, e.g. status ``cancelled``); ``commit()`` waits until what was queued is written;
+    ``stop`` is set when the response is cancelled or deleted; ``cause()`` then says which.
+    """
+
+    add: Callable[[list[JSON], JSON | None], None]
+    commit: Callable[[], Awaitable[None]]
+    stop: asyncio.Event
+    cause: Callable[[], Awaitable[str]]
+
+
+# Why a run stopped -> the error code and message its stream ends with, and the status stored.
+STOPS: dict[str, tuple[str, str, str | None]] = {
+    "client": ("response_cancelled", "The client disconnected before the response finished.", "cancelled"),
+    "cancelled": ("response_cancelled", "The response was cancelled.", "cancelled"),
+    "deleted": ("response_deleted", "The response was deleted before it finished.", None),
+    "shutdown": ("server_error", "The gateway shut down before the response finished.", None),
+}
+
+Seal = Callable[[list[JSON]], list[JSON]]
+
+
+def _identity(events: list[JSON]) -> list[JSON]:
+    return events
+
+
+def _no_record(events: list[JSON], final: JSON | None = None) -> None:
+    return None
+
+
+async def _settle(recording: Recording | None) -> None:
+    """Wait for the recorder; a store failure is logged, never fatal to the client's stream."""
+    if recording is None:
+        return
+    try:
+        await recording.commit()
+    except Exception:
+        log.exception("writing the stored response failed")
+
+
+async def stop_run(builder: StreamBuilder, recording: Recording | None, reason: str) -> list[JSON]:
+    """End a run stopped for ``reason``: the events that end its stream, recorded with the right status."""
+    if recording is not None and reason == "stopped":
+        try:
+            reason = await recording.cause()
+        except Exception:
+            log.exception("reading the stored response failed")
+            reason = "cancelled"
+    code, message, status = STOPS.get(reason, STOPS["shutdown"])
+    ended_here = not builder.finished
+    if ended_here:
+        builder.fail(code, message)
+    events = builder.take()
+    if recording is not None:
+        final = None
+        if status is not None and ended_here:
+            final = {**builder.snapshot(), "status": status, "error": None, "completed_at": None}
+        recording.add(events, final)
+        await _settle(recording)
+    return events
 
 
 def _encode(events: list[dict[str, Any]]) -> bytes:
@@ -86,15 +191,27 @@ class _Relay:
         "_keepalive",
         "_loop",
         "_mode",
+        "_record",
+        "_seal",
         "_send",
         "_sending",
         "_timer",
         "last",
     )
 
-    def __init__(self, send: Send, builder: StreamBuilder, mode: KeepaliveMode, interval: float) -> None:
+    def __init__(
+        self,
+        send: Send,
+        builder: StreamBuilder | None,
+        mode: KeepaliveMode,
+        interval: float,
+        record: Callable[[list[JSON], JSON | None], None] = _no_record,
+        seal: Seal = _identity,
+    ) -> None:
         self._send = send
         self._builder = builder
+        self._record = record
+        self._seal = seal
         self._mode = mode
         self._interval = interval
         self._loop = asyncio.get_running_loop()
@@ -129,14 +246,16 @@ class _Relay:
             self._timer = self._loop.call_at(max(due, now + self._interval / 8), self._fire)
             return
         builder = self._builder
-        if builder.finished:
+        if builder is not None and builder.finished:
             return
-        if self._mode == "comment":
+        if self._mode == "comment" or builder is None:
             body = KEEPALIVE_COMMENT
         else:
             builder.keepalive("ping" if self._mode == "ping" else "in_progress")
             # Events the provider emitted but has not yielded yet go first, keeping sequence order.
-            body = _encode(builder.take())
+            events = builder.take()
+            self._record(events, None)
+            body = _encode(self._seal(events))
         self.last = now
         self._keepalive = self._loop.create_task(self._send_keepalive(body))
         self._timer = self._loop.call_at(now + self._interval, self._fire)
@@ -181,14 +300,23 @@ async def respond_stream(
     *,
     keepalive: KeepaliveMode,
     keepalive_interval: float,
+    recording: Recording | None = None,
+    seal: Seal = _identity,
 ) -> None:
-    """Stream ``provider``'s response as SSE; raise HTTPError if it fails before the first yield."""
+    """Stream ``provider``'s response as SSE; raise HTTPError if it fails before the first yield.
+
+    With ``recording`` every event also goes to the store (the same events, in the same order, the
+    keepalives included); the terminal event is written before it is sent, so a client that reads
+    the response right after the stream ends finds it finished. ``seal`` rewrites what the client
+    sees (sealed ``encrypted_content``), never what is stored.
+    """
     agen = _open(provider, request, builder)
-    watch = ClientWatch(receive)
-    relay = _Relay(send, builder, keepalive, keepalive_interval)
+    record = recording.add if recording is not None else _no_record
+    watch = ClientWatch(receive, recording.stop if recording is not None else None)
+    relay = _Relay(send, builder, keepalive, keepalive_interval, record, seal)
     started = ended = False
 
-    async def end(body: bytes) -> None:
+    async def end(events: list[JSON]) -> None:
         # The terminal event goes out in the last body message. Past this point a disconnect changes
         # nothing, and once the body is complete uvicorn's receive() reports a disconnect that must
         # not cancel this task: stop watching first.
@@ -196,9 +324,10 @@ async def respond_stream(
         ended = True
         relay.stop_timer()
         watch.close()
+        await _settle(recording)
         if not started:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await relay.send(body, more=False)
+        await relay.send(_encode(seal(events)), more=False)
 
     name = type(provider).__name__
     try:
@@ -207,14 +336,15 @@ async def respond_stream(
                 events = builder.take()
                 if not events or ended:
                     continue
+                record(events, None)
                 if builder.finished:
                     # Keep iterating (without sending) so the provider runs to its natural end.
-                    await end(_encode(events))
+                    await end(events)
                 elif started:
-                    await relay.send(_encode(events))
+                    await relay.send(_encode(seal(events)))
                 else:
                     started = True
-                    await relay.start(_encode(events))
+                    await relay.start(_encode(seal(events)))
         except ProviderError as exc:
             if not started and not ended:
                 raise HTTPError.from_provider_error(exc) from None
@@ -232,15 +362,26 @@ async def respond_stream(
                 log.error("provider %s returned without finishing the response", name)
                 _fail(builder, "server_error", UNFINISHED)
         if not ended:
-            await end(_encode(builder.take()))
+            events = builder.take()
+            record(events, None)
+            await end(events)
     except asyncio.CancelledError:
-        if not watch.gone:
+        if watch.reason is None:
             raise
-        # The client left: this task was cancelled only to interrupt the provider. Swallow it.
+        # This task was cancelled only to interrupt the provider (client gone, or the stored response
+        # cancelled or deleted). Swallow it.
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
-        log.info("client disconnected; stopped %s", name)
+        relay.stop_timer()
+        await _close(agen)
+        log.info("%s; stopped %s", "client disconnected" if watch.gone else "response stopped", name)
+        tail = await stop_run(builder, recording, watch.reason)
+        if not watch.gone and tail and not ended:
+            with contextlib.suppress(Exception):
+                if not started:
+                    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                await relay.send(_encode(seal(tail)), more=False)
     finally:
         relay.abort()
         watch.close()
@@ -268,7 +409,14 @@ async def _close(agen: AsyncIterator[None]) -> None:
 
 
 async def respond_json(
-    send: Send, receive: Receive, provider: Provider, request: ResponseRequest, builder: StreamBuilder
+    send: Send,
+    receive: Receive,
+    provider: Provider,
+    request: ResponseRequest,
+    builder: StreamBuilder,
+    *,
+    recording: Recording | None = None,
+    seal: Seal = _identity,
 ) -> None:
     """Run the same loop without sending frames, then send the final Response (or an HTTP error).
 
@@ -277,30 +425,44 @@ async def respond_json(
     synchronous request; ``completed`` and ``incomplete`` responses are 200.
     """
     agen = _open(provider, request, builder)
-    watch = ClientWatch(receive)
+    record = recording.add if recording is not None else _no_record
+    watch = ClientWatch(receive, recording.stop if recording is not None else None)
+    yielded = False
     try:
+        error: HTTPError | None = None
         try:
             async for _ in agen:
-                builder.take()
+                yielded = True
+                record(builder.take(), None)
         except ProviderError as exc:
-            raise HTTPError.from_provider_error(exc) from None
+            error = HTTPError.from_provider_error(exc)
+            _fail(builder, exc.code or "server_error", exc.message, exc.param)
         except (asyncio.CancelledError, HTTPError):
             raise
         except Exception:
-            raise _internal(provider) from None
-        if not builder.finished:
+            error = _internal(provider)
+            _fail(builder, "server_error", GENERIC_FAILURE)
+        if error is None and not builder.finished:
             log.error("provider %s returned without finishing the response", type(provider).__name__)
-            raise HTTPError(500, UNFINISHED, type="server_error", code="server_error")
+            error = HTTPError(500, UNFINISHED, type="server_error", code="server_error")
+            _fail(builder, "server_error", UNFINISHED)
+        watch.close()
+        if yielded:
+            # Nothing is stored for a request that failed before its first event (the caller drops it).
+            record(builder.take(), None)
+            await _settle(recording)
+        if error is not None:
+            raise error
         response = builder.response
         if response["status"] == "failed":
-            error = response["error"] or {}
-            code = error.get("code")
+            failure = response["error"] or {}
+            code = failure.get("code")
             status = status_for_code(code)
             # OpenAI's error types: quota and rate errors are typed by their code (as in its 429s).
             etype = {429: str(code)}.get(status, "server_error" if status >= 500 else "invalid_request_error")
-            raise HTTPError(status, error.get("message") or GENERIC_FAILURE, type=etype, code=code)
-        body = orjson.dumps(response)
-        watch.close()
+            raise HTTPError(status, failure.get("message") or GENERIC_FAILURE, type=etype, code=code)
+        sealed = seal([{"type": "response", "response": response}])[0]["response"]
+        body = orjson.dumps(sealed)
         await send(
             {
                 "type": "http.response.start",
@@ -310,12 +472,113 @@ async def respond_json(
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
     except asyncio.CancelledError:
-        if not watch.gone:
+        if watch.reason is None:
             raise
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
-        log.info("client disconnected; stopped %s", type(provider).__name__)
+        await _close(agen)
+        log.info(
+            "%s; stopped %s",
+            "client disconnected" if watch.gone else "response stopped",
+            type(provider).__name__,
+        )
+        await stop_run(builder, recording, watch.reason)
+        if not watch.gone:
+            code = builder.response.get("error", {}).get("code") if builder.response.get("error") else None
+            raise HTTPError(
+                409 if code == "response_deleted" else 400,
+                (builder.response.get("error") or {}).get("message") or "The response was stopped.",
+                code=code,
+            ) from None
     finally:
         watch.close()
         await _close(agen)
+
+
+async def run_detached(
+    provider: Provider, request: ResponseRequest, builder: StreamBuilder, recording: Recording
+) -> None:
+    """Run a background response to its end, feeding only the store (no client is attached).
+
+    A failure before the first yield fails the response like one after it. Cancel or delete (the
+    store's stop signal) closes the provider at once, which aborts its upstream request; so does
+    cancelling this task (shutdown).
+    """
+    watch = ClientWatch(None, recording.stop)
+    record = recording.add
+    agen: AsyncIterator[None] | None = None
+    name = type(provider).__name__
+    try:
+        try:
+            builder.mark_in_progress()
+            record(builder.take(), None)
+            agen = provider.stream(request, builder)
+            async for _ in agen:
+                record(builder.take(), None)
+        except ProviderError as exc:
+            log.warning("provider %s failed in a background response: %s", name, exc.code)
+            _fail(builder, exc.code or "server_error", exc.message, exc.param)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("provider %s raised in a background response", name)
+            _fail(builder, "server_error", GENERIC_FAILURE)
+        else:
+            if not builder.finished:
+                log.error("provider %s returned without finishing the response", name)
+                _fail(builder, "server_error", UNFINISHED)
+        watch.close()
+        record(builder.take(), None)
+        await _settle(recording)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        if agen is not None:
+            await _close(agen)
+            agen = None
+        log.info("background response stopped (%s); closed %s", watch.reason or "shutdown", name)
+        await stop_run(builder, recording, watch.reason or "shutdown")
+    finally:
+        watch.close()
+        if agen is not None:
+            await _close(agen)
+
+
+async def follow_stream(
+    send: Send,
+    receive: Receive,
+    events: AsyncIterator[JSON],
+    *,
+    seal: Seal = _identity,
+    keepalive: bool = True,
+    keepalive_interval: float = 10.0,
+) -> None:
+    """Send a stored response's events (replayed, then live) as SSE until it ends or the client leaves.
+
+    The events already carry their sequence numbers, so a keepalive here is an SSE comment. A client
+    that goes away stops only this follower, never the response.
+    """
+    watch = ClientWatch(receive)
+    relay = _Relay(send, None, "comment" if keepalive else "off", keepalive_interval)
+    try:
+        await relay.start(b"")
+        async for event in events:
+            await relay.send(_encode(seal([event])))
+        relay.stop_timer()
+        watch.close()
+        await relay.send(b"", more=False)
+    except asyncio.CancelledError:
+        if watch.reason is None:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+    finally:
+        relay.abort()
+        watch.close()
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()

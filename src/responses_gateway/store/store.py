@@ -393,6 +393,14 @@ class Store:
             await self.live.broadcast_cancel(response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 
+    async def discard_response(self, response_id: str) -> None:
+        """Remove a response that never got an event (its request was refused before it began)."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM rg_items WHERE response_id = ?", response_id)
+            await tx.execute("DELETE FROM rg_events WHERE response_id = ?", response_id)
+            await tx.execute("DELETE FROM rg_responses WHERE id = ?", response_id)
+        self._cancel.pop(response_id, None)
+
     async def list_input_items(
         self,
         owner: str,
@@ -808,34 +816,73 @@ class Store:
 class EventRecorder:
     """Keeps one running response's events: live at once, in the database in batches.
 
-    ``await recorder.add(builder.take())`` after each provider step. Events go to the live log
-    immediately (followers see them at once) and to the database every ``flush_interval`` seconds or
-    ``flush_events`` events, so the per-event cost is a list append. A terminal event
-    (``response.completed``/``incomplete``/``failed``) is written with the final status, output items
-    and conversation append in one transaction. :meth:`finish` ends a response that has no terminal
-    event to send (cancelled).
+    ``recorder.add_nowait(builder.take())`` after each provider step queues the events without
+    waiting (safe to call from any task, and from a timer callback: order is the order of the calls);
+    one pump task publishes them to the live log (followers see them at once) and writes them to the
+    database every ``flush_interval`` seconds or ``flush_events`` events, so the per-event cost on the
+    caller's side is a list append. A terminal event (``response.completed``/``incomplete``/``failed``)
+    is written with the final status, output items and conversation append in one transaction;
+    ``final`` overrides that snapshot (a stopped response stored as ``cancelled``).
+    ``await recorder.add(events)`` queues and waits; :meth:`drain` waits for what is queued;
+    :meth:`finish` ends a response that has no terminal event to send.
     """
 
     def __init__(self, store: Store, response_id: str) -> None:
         self.store = store
         self.response_id = response_id
+        self._outbox: list[tuple[list[JSON], JSON | None]] = []
         self._pending: list[JSON] = []
         self._lock = asyncio.Lock()
         self._timer: asyncio.Task[None] | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._closed = False
         self._done = False
+        self.recorded = 0
 
-    async def add(self, events: list[JSON]) -> None:
-        """Record events in sequence order."""
-        if not events or self._done:
+    @property
+    def ended(self) -> bool:
+        """The final state is written (or the response was gone)."""
+        return self._done
+
+    def add_nowait(self, events: list[JSON], final: JSON | None = None) -> None:
+        """Queue events (in sequence order) and, with ``final``, the end of the response."""
+        if self._closed or (not events and final is None):
             return
-        await self.store.live.publish(self.response_id, events)
-        self._pending.extend(events)
-        if any(e.get("type") in TERMINAL_EVENTS for e in events):
-            await self._end(None)
-        elif len(self._pending) >= self.store.flush_events:
-            await self.flush()
-        elif self._timer is None:
-            self._timer = asyncio.create_task(self._flush_later())
+        self.recorded += len(events)
+        self._outbox.append((events, final))
+        if final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events):
+            self._closed = True
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    async def add(self, events: list[JSON], final: JSON | None = None) -> None:
+        """Queue events and wait until they are published (and, at the end, written)."""
+        self.add_nowait(events, final)
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Wait for everything queued so far; a cancelled caller does not cancel the writing."""
+        while self._pump is not None and not self._pump.done():
+            await asyncio.shield(self._pump)
+        if self._pump is not None and self._pump.done() and not self._pump.cancelled():
+            error = self._pump.exception()
+            if error is not None:
+                self._pump = None
+                raise error
+
+    async def _run(self) -> None:
+        while self._outbox:
+            events, final = self._outbox.pop(0)
+            if events:
+                await self.store.live.publish(self.response_id, events)
+                self._pending.extend(events)
+            if final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events):
+                await self._end(final)
+                return
+            if len(self._pending) >= self.store.flush_events:
+                await self.flush()
+            elif self._timer is None:
+                self._timer = asyncio.create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(self.store.flush_interval)
@@ -851,16 +898,16 @@ class EventRecorder:
 
     async def finish(self, response: JSON) -> None:
         """End with ``response`` as the final snapshot (status cancelled, or any terminal status)."""
-        if not self._done:
-            await self._end(response)
+        self.add_nowait([], response)
+        await self.drain()
 
     async def _end(self, final: JSON | None) -> None:
-        self._done = True
         if self._timer is not None and self._timer is not asyncio.current_task():
             self._timer.cancel()
             self._timer = None
         async with self._lock:
             events, self._pending = self._pending, []
             await self.store._write_events(self.response_id, events, final)
+        self._done = True
         await self.store.live.end(self.response_id)
         self.store._cancel.pop(self.response_id, None)

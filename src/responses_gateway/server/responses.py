@@ -1,0 +1,516 @@
+"""The Responses API over the store: create (stored, background, chained), retrieve, delete, cancel, list.
+
+=================================================  ==============================================
+``POST /v1/responses``                             create (``store``, ``background``,
+                                                   ``previous_response_id``, ``conversation``,
+                                                   ``item_reference`` inputs)
+``GET /v1/responses/{id}``                         the stored Response (``include``)
+``GET /v1/responses/{id}?stream=true``             its events as SSE from ``starting_after`` + 1,
+                                                   then live until it ends
+``DELETE /v1/responses/{id}``                      delete (a running one is stopped)
+``GET /v1/responses/{id}/input_items``             ``after``/``before``/``limit``/``order``/``include``
+``POST /v1/responses/{id}/cancel``                 stop a background response
+=================================================  ==============================================
+
+Everything is read and written as the caller's owner (``GatewayApp.owner_for``): another owner's
+response is a 404 exactly like a missing one. Reasoning state leaves the gateway sealed when the
+request asks for ``reasoning.encrypted_content`` (see :mod:`responses_gateway.sealing`), and sealed
+state that comes back in ``input`` is opened here, before anything else sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from ..protocol.builder import StreamBuilder
+from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, parse_request
+from ..protocol.response import new_response
+from ..providers.base import ProviderError
+from ..sealing import Sealer, SealError
+from ..store import RUNNING, TERMINAL, NotFound, ResponseNotFound, Store
+from .capabilities import check_capabilities
+from .errors import HTTPError, send_json
+from .streaming import Recording, follow_stream, respond_json, respond_stream, run_detached
+from .types import Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from .app import GatewayApp
+
+__all__ = ["PREFIX", "ResponsesAPI", "not_found"]
+
+log = logging.getLogger("responses_gateway.server")
+
+JSON = dict[str, Any]
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+Seal = Callable[[list[JSON]], list[JSON]]
+
+PREFIX = "/v1/responses/"
+ENCRYPTED = "reasoning.encrypted_content"
+_ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
+
+
+def not_found(exc: NotFound) -> HTTPError:
+    """A store NotFound as OpenAI's 404."""
+    return HTTPError(404, str(exc), param=exc.param, code=getattr(exc, "code", None))
+
+
+def _bad(message: str, param: str | None = None, code: str | None = None) -> HTTPError:
+    return HTTPError(400, message, param=param, code=code)
+
+
+# ---------------------------------------------------------------------------------------- sealing
+def _reasoning_state(item: Any) -> str | None:
+    if isinstance(item, dict) and item.get("type") == "reasoning":
+        value = item.get("encrypted_content")
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _present_item(item: JSON, sealer: Sealer | None, owner: str) -> JSON:
+    """``item`` with its reasoning state sealed (``sealer``) or removed (None); the same object if neither."""
+    state = _reasoning_state(item)
+    if state is None:
+        return item
+    if sealer is None:
+        return {k: v for k, v in item.items() if k != "encrypted_content"}
+    if sealer.is_sealed(state):
+        return item
+    return {**item, "encrypted_content": sealer.seal(state, context=owner)}
+
+
+def _present_event(event: JSON, sealer: Sealer | None, owner: str) -> JSON:
+    if event.get("type") in _ITEM_EVENTS:
+        item = event.get("item")
+        if isinstance(item, dict):
+            shown = _present_item(item, sealer, owner)
+            if shown is not item:
+                return {**event, "item": shown}
+        return event
+    response = event.get("response")
+    if isinstance(response, dict):
+        shown_response = _present_response(response, sealer, owner)
+        if shown_response is not response:
+            return {**event, "response": shown_response}
+    return event
+
+
+def _present_response(response: JSON, sealer: Sealer | None, owner: str) -> JSON:
+    output = response.get("output")
+    if not isinstance(output, list) or not any(_reasoning_state(item) for item in output):
+        return response
+    return {**response, "output": [_present_item(item, sealer, owner) for item in output]}
+
+
+def presenter(sealer: Sealer | None, owner: str) -> Seal:
+    """Rewrites events for the client: reasoning state sealed (or removed, without a sealer)."""
+
+    def present(events: list[JSON]) -> list[JSON]:
+        out = events
+        for index, event in enumerate(events):
+            shown = _present_event(event, sealer, owner)
+            if shown is not event:
+                if out is events:
+                    out = list(events)
+                out[index] = shown
+        return out
+
+    return present
+
+
+def _identity(events: list[JSON]) -> list[JSON]:
+    return events
+
+
+# ---------------------------------------------------------------------------------------- queries
+class _Query:
+    """A GET request's query string, checked with OpenAI's wording."""
+
+    def __init__(self, scope: Scope) -> None:
+        raw: bytes = scope.get("query_string", b"")
+        self.pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+
+    def get(self, name: str) -> str | None:
+        for key, value in self.pairs:
+            if key == name:
+                return value
+        return None
+
+    def include(self) -> list[str]:
+        values: list[str] = []
+        for key, value in self.pairs:
+            if key in ("include", "include[]"):
+                values.extend(v for v in value.split(",") if v)
+        for value in values:
+            if value not in INCLUDABLE:
+                allowed = ", ".join(f"'{a}'" for a in INCLUDABLE)
+                raise _bad(
+                    f"Invalid value: '{value}'. Supported values are: {allowed}.", "include", "invalid_value"
+                )
+        return values
+
+    def flag(self, name: str) -> bool:
+        value = self.get(name)
+        if value is None:
+            return False
+        if value.lower() in ("true", "1"):
+            return True
+        if value.lower() in ("false", "0", ""):
+            return False
+        raise _bad(
+            f"Invalid value for '{name}': expected a boolean, but got '{value}' instead.",
+            name,
+            "invalid_type",
+        )
+
+    def integer(self, name: str, default: int, lo: int, hi: int | None = None) -> int:
+        value = self.get(name)
+        if value is None or value == "":
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise _bad(
+                f"Invalid type for '{name}': expected an integer, but got '{value}' instead.",
+                name,
+                "invalid_type",
+            ) from None
+        if number < lo or (hi is not None and number > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+            raise _bad(
+                f"Invalid '{name}': expected a value {bound}, but got {number}.", name, "invalid_value"
+            )
+        return number
+
+    def order(self) -> str:
+        value = self.get("order") or "desc"
+        if value not in ("asc", "desc"):
+            raise _bad(
+                f"Invalid value: '{value}'. Supported values are: 'asc' and 'desc'.", "order", "invalid_value"
+            )
+        return value
+
+
+# ---------------------------------------------------------------------------------------- the API
+class ResponsesAPI:
+    """``/v1/responses`` and ``/v1/responses/{id}…`` for one :class:`GatewayApp`."""
+
+    def __init__(self, app: GatewayApp) -> None:
+        self.app = app
+        self._workers: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------------------ routing
+    def routes(self, path: str) -> dict[str, Handler] | None:
+        """The handlers for a path under ``/v1/responses/``, or None if it names nothing."""
+        if not path.startswith(PREFIX):
+            return None
+        parts = path[len(PREFIX) :].split("/")
+        if not parts[0]:
+            return None
+        rid = parts[0]
+        if len(parts) == 1:
+            return {"GET": partial(self._retrieve, rid=rid), "DELETE": partial(self._delete, rid=rid)}
+        if len(parts) == 2 and parts[1] == "input_items":
+            return {"GET": partial(self._input_items, rid=rid)}
+        if len(parts) == 2 and parts[1] == "cancel":
+            return {"POST": partial(self._cancel, rid=rid)}
+        return None
+
+    def _store(self) -> Store:
+        store = self.app.store
+        if store is None:
+            raise HTTPError(
+                404,
+                "This gateway keeps no responses (it runs without a store: serve --store none).",
+                code="not_found",
+            )
+        return store
+
+    # ------------------------------------------------------------------------------ create
+    async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self.app
+        raw = await app._read_body(scope, receive)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise HTTPError(
+                400,
+                "We could not parse the JSON body of your request. The API expects a JSON payload, but "
+                "what was sent was not valid JSON.",
+            ) from None
+        try:
+            request = parse_request(body)
+        except RequestError as exc:
+            raise HTTPError.from_request_error(exc) from None
+        owner = app.owner_for(scope)
+        store = app.store
+        conversation_id = _conversation_id(request)
+        self._check_state(request, store, conversation_id)
+        self._unseal_input(request, owner)
+        provider = await app._provider(request.model)
+        turn = request.input
+        if store is not None and (
+            request.previous_response_id is not None
+            or conversation_id is not None
+            or any(item.get("type") == "item_reference" for item in request.input)
+        ):
+            try:
+                context, turn = await store.resolve_input(
+                    owner,
+                    request.input,
+                    previous_response_id=request.previous_response_id,
+                    conversation_id=conversation_id,
+                )
+            except NotFound as exc:
+                raise not_found(exc) from None
+            request.input = [*context, *turn]
+        try:
+            check_capabilities(request, provider.capabilities)
+            provider.check_request(request)
+        except RequestError as exc:
+            raise HTTPError.from_request_error(exc) from None
+        except ProviderError as exc:
+            raise HTTPError.from_provider_error(exc) from None
+        seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
+        builder = StreamBuilder(new_response(request.model, **request.echo()))
+        config = app.config
+        if store is None or not request.store:
+            builder.start()
+            if request.stream:
+                await respond_stream(
+                    send,
+                    receive,
+                    provider,
+                    request,
+                    builder,
+                    keepalive=config.keepalive,
+                    keepalive_interval=config.keepalive_interval,
+                    seal=seal,
+                )
+            else:
+                await respond_json(send, receive, provider, request, builder, seal=seal)
+            return
+
+        builder.start(queued=request.background)
+        rid = builder.response["id"]
+        snapshot = builder.snapshot()
+        try:
+            await store.create_response(owner, snapshot, request=request.raw, input_items=turn)
+        except NotFound as exc:  # the conversation was deleted meanwhile
+            raise not_found(exc) from None
+        recorder = store.recorder(rid)
+        recording = Recording(
+            add=recorder.add_nowait,
+            commit=recorder.drain,
+            stop=store.cancel_event(rid),
+            cause=partial(self._cause, store, owner, rid),
+        )
+        if request.background:
+            recorder.add_nowait(builder.take())
+            task = asyncio.get_running_loop().create_task(
+                run_detached(provider, request, builder, recording), name=f"rg-background-{rid}"
+            )
+            self._workers.add(task)
+            task.add_done_callback(self._workers.discard)
+            if request.stream:
+                await self._follow(send, receive, store, owner, rid, -1, seal)
+            else:
+                await send_json(send, 200, orjson.dumps(seal([{"response": snapshot}])[0]["response"]))
+            return
+        try:
+            if request.stream:
+                await respond_stream(
+                    send,
+                    receive,
+                    provider,
+                    request,
+                    builder,
+                    keepalive=config.keepalive,
+                    keepalive_interval=config.keepalive_interval,
+                    recording=recording,
+                    seal=seal,
+                )
+            else:
+                await respond_json(send, receive, provider, request, builder, recording=recording, seal=seal)
+        except BaseException:
+            # A request refused before its first event (upstream 4xx/429...) leaves nothing stored.
+            if recorder.recorded == 0:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(store.discard_response(rid))
+            raise
+
+    def _check_state(
+        self, request: ResponseRequest, store: Store | None, conversation_id: str | None
+    ) -> None:
+        """Refuse what needs state the gateway cannot give."""
+        if request.background and not request.store:
+            raise _bad(
+                "Background responses must be stored: 'background': true needs 'store': true.", "background"
+            )
+        if request.previous_response_id is not None and conversation_id is not None:
+            raise _bad(
+                "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' "
+                "or 'conversation'.",
+                "conversation",
+                "mutually_exclusive_parameters",
+            )
+        if store is not None:
+            return
+        needs = [
+            (name, f"'{name}'")
+            for name, used in (
+                ("background", request.background),
+                ("previous_response_id", request.previous_response_id is not None),
+                ("conversation", conversation_id is not None),
+            )
+            if used
+        ]
+        needs += [
+            (f"input[{index}]", f"'input[{index}]' (item_reference)")
+            for index, item in enumerate(request.input)
+            if item.get("type") == "item_reference"
+        ]
+        if needs:
+            param, what = needs[0]
+            raise _bad(
+                f"Unsupported parameter: {what} needs stored state, and this gateway runs without a store "
+                "(serve --store none). Send the whole conversation in 'input' instead.",
+                param,
+            )
+
+    def _unseal_input(self, request: ResponseRequest, owner: str) -> None:
+        """Open the reasoning state this gateway sealed; anything altered (or another owner's) is a 400."""
+        sealer: Sealer | None = None
+        for index, item in enumerate(request.input):
+            state = _reasoning_state(item)
+            if state is None:
+                continue
+            sealer = sealer or self.app.sealer
+            if not sealer.is_sealed(state):
+                continue  # an upstream's own encrypted_content: passed on as it came
+            param = f"input[{index}].encrypted_content"
+            try:
+                value = sealer.unseal(state, context=owner)
+            except SealError as exc:
+                raise _bad(
+                    f"Invalid 'encrypted_content': {exc}.", param, "invalid_encrypted_content"
+                ) from None
+            if not isinstance(value, str):
+                raise _bad("Invalid 'encrypted_content'.", param, "invalid_encrypted_content")
+            request.input[index] = {**item, "encrypted_content": value}
+
+    async def _cause(self, store: Store, owner: str, rid: str) -> str:
+        try:
+            await store.get_response(owner, rid)
+        except ResponseNotFound:
+            return "deleted"
+        return "cancelled"
+
+    async def _follow(
+        self, send: Send, receive: Receive, store: Store, owner: str, rid: str, after: int, seal: Seal
+    ) -> None:
+        config = self.app.config
+        await follow_stream(
+            send,
+            receive,
+            store.stream_events(owner, rid, starting_after=after),
+            seal=seal,
+            keepalive=config.keepalive != "off",
+            keepalive_interval=config.keepalive_interval,
+        )
+
+    # ------------------------------------------------------------------------------ reads and writes
+    async def _retrieve(self, scope: Scope, receive: Receive, send: Send, *, rid: str) -> None:
+        store = self._store()
+        owner = self.app.owner_for(scope)
+        query = _Query(scope)
+        include = query.include()
+        stream = query.flag("stream")
+        try:
+            response = await store.get_response(owner, rid, include=include)
+        except NotFound as exc:
+            raise not_found(exc) from None
+        sealer = self.app.sealer if ENCRYPTED in include else None
+        if stream:
+            after = query.integer("starting_after", -1, -1)
+            await self._follow(send, receive, store, owner, rid, after, presenter(sealer, owner))
+            return
+        if sealer is not None:
+            response = _present_response(response, sealer, owner)
+        await send_json(send, 200, orjson.dumps(response))
+
+    async def _delete(self, scope: Scope, receive: Receive, send: Send, *, rid: str) -> None:
+        store = self._store()
+        owner = self.app.owner_for(scope)
+        try:
+            result = await store.delete_response(owner, rid)
+        except NotFound as exc:
+            raise not_found(exc) from None
+        await send_json(send, 200, orjson.dumps(result))
+
+    async def _input_items(self, scope: Scope, receive: Receive, send: Send, *, rid: str) -> None:
+        store = self._store()
+        owner = self.app.owner_for(scope)
+        query = _Query(scope)
+        include = query.include()
+        limit = query.integer("limit", 20, 1, 100)
+        order = query.order()
+        try:
+            page = await store.list_input_items(
+                owner,
+                rid,
+                after=query.get("after") or None,
+                before=query.get("before") or None,
+                limit=limit,
+                order=order,
+                include=include,
+            )
+        except NotFound as exc:
+            raise not_found(exc) from None
+        if ENCRYPTED in include:
+            sealer = self.app.sealer
+            page["data"] = [_present_item(item, sealer, owner) for item in page["data"]]
+        await send_json(send, 200, orjson.dumps(page))
+
+    async def _cancel(self, scope: Scope, receive: Receive, send: Send, *, rid: str) -> None:
+        store = self._store()
+        owner = self.app.owner_for(scope)
+        await self.app._read_body(scope, receive)  # whatever came with it is ignored, as OpenAI does
+        try:
+            response = await store.get_response(owner, rid)
+            if not response.get("background"):
+                raise _bad("Only responses created with 'background': true can be cancelled.")
+            status = response.get("status")
+            if status in RUNNING:
+                response = await store.cancel_response(owner, rid, wait=self.app.config.cancel_wait)
+            elif status in TERMINAL and status != "cancelled":
+                raise _bad(f"Cannot cancel a response with status '{status}'.")
+        except NotFound as exc:
+            raise not_found(exc) from None
+        await send_json(send, 200, orjson.dumps(response))
+
+    # ------------------------------------------------------------------------------ shutdown
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop the background responses still running here: each ends ``failed``, written as such."""
+        workers = list(self._workers)
+        for task in workers:
+            task.cancel()
+        if workers:
+            await asyncio.wait(workers, timeout=timeout)
+
+
+def _conversation_id(request: ResponseRequest) -> str | None:
+    conversation = request.conversation
+    if isinstance(conversation, str):
+        return conversation
+    if isinstance(conversation, dict) and isinstance(conversation.get("id"), str):
+        return str(conversation["id"])
+    return None
