@@ -226,7 +226,9 @@ def ensure_venv(venv: Path, packages: list[str], probe: str, install: bool) -> s
     return None
 
 
-def gateway_config(path: Path, mock: int) -> None:
+def gateway_config(path: Path, mock: int, pool_limit: int | None = None) -> None:
+    """The models file ``responses-gateway serve --config`` runs with (``pool_limit``: a what-if cap on
+    the upstream connection pool, total and per host; default unlimited)."""
     base = f"http://127.0.0.1:{mock}/v1"
     rows = []
     for name, provider, upstream in (
@@ -239,7 +241,10 @@ def gateway_config(path: Path, mock: int) -> None:
             f"  - name: {name}\n    provider: {provider}\n    upstream_model: {upstream}\n"
             f"    base_url: {base}\n    api_key_env: RG_BENCH_UPSTREAM_KEY\n    retries: 0\n"
         )
-    path.write_text("local: false\nmodels:\n" + "".join(rows))
+    upstream = ""
+    if pool_limit:
+        upstream = f"upstream:\n  pool_limit: {pool_limit}\n  pool_limit_per_host: {pool_limit}\n"
+    path.write_text("local: false\n" + upstream + "models:\n" + "".join(rows))
 
 
 def litellm_config(path: Path, mock: int, master_key: str) -> None:
@@ -398,7 +403,8 @@ def main() -> int:
     p.add_argument(
         "--gateway-pool-limit",
         type=int,
-        help="what-if: run the gateway via bench/gateway_server.py with this upstream connection pool size",
+        help="what-if: cap the gateway's upstream connection pool (total and per host) at this size "
+        "(default: unlimited, as serve runs)",
     )
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-install", action="store_true", help="never pip install (LiteLLM, matplotlib)")
@@ -492,22 +498,15 @@ def main() -> int:
         if gw_wanted:
             port = free_port()
             cfg = tmp / "gateway.yaml"
-            gateway_config(cfg, mock_port)
+            gateway_config(cfg, mock_port, a.gateway_pool_limit)
             exe = Path(PY).parent / "responses-gateway"
-            help_text = subprocess.run([str(exe), "serve", "--help"], capture_output=True, text=True).stdout
-            if "--config" in help_text and not a.gateway_pool_limit:
-                argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
-                argv += ["--no-local", "--log-level", "warning"]
-                results["gateway_launcher"] = "responses-gateway serve --config"
-            else:
-                # Not wired yet: the stand-in builds the same app from the same models file.
-                argv = [PY, str(HERE / "gateway_server.py"), "--port", str(port), "--config", str(cfg)]
-                results["gateway_launcher"] = "bench/gateway_server.py (serve has no --config yet)"
-                if a.gateway_pool_limit:
-                    argv += ["--pool-limit", str(a.gateway_pool_limit)]
-                    results["gateway_launcher"] = (
-                        f"bench/gateway_server.py --pool-limit {a.gateway_pool_limit} (what-if experiment)"
-                    )
+            argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
+            argv += ["--no-local", "--log-level", "warning"]
+            results["gateway_launcher"] = "responses-gateway serve --config"
+            if a.gateway_pool_limit:
+                results["gateway_launcher"] += (
+                    f" (what-if: upstream pool_limit {a.gateway_pool_limit}, as --gateway-pool-limit asked)"
+                )
             log(f"gateway launcher: {results['gateway_launcher']}")
             gw = Server(
                 "gateway",
@@ -515,7 +514,8 @@ def main() -> int:
                 f"http://127.0.0.1:{port}/health",
                 proxy_cpus,
                 tmp,
-                env={"RG_BENCH_UPSTREAM_KEY": "sk-bench"},
+                # Anything the gateway persists stays in the run's temporary directory.
+                env={"RG_BENCH_UPSTREAM_KEY": "sk-bench", "RG_DATA_DIR": str(tmp / "gateway-data")},
             )
             for n in gw_wanted:
                 model = "bench" if n == "gateway-chat" else "bench-resp"

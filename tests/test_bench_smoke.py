@@ -49,8 +49,9 @@ def test_gateway_overhead_smoke(tmp_path: Path) -> None:
     assert {"command", "conditions", "mock", "contenders", "targets", "loadgen_check"} <= result.keys()
     assert result["mock"]["deltas"] == 6
     contenders = result["contenders"]
-    for name in ("direct-chat", "direct-responses", "relay"):
+    for name in ("direct-chat", "direct-responses", "relay", "gateway-chat", "gateway-responses"):
         assert contenders[name]["available"], contenders[name]
+    assert result["gateway_launcher"] == "responses-gateway serve --config"
     for name, info in contenders.items():
         if not info["available"]:
             assert info["reason"], name  # an unavailable contender always says why
