@@ -18,6 +18,7 @@ from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
 from ..store import Store, open_store
 from .auth import APIKeyAuth
 from .config import ServerConfig
+from .conversations import ConversationsAPI
 from .errors import HTTPError, send_error, send_json
 from .registry import ModelRegistry
 from .responses import ResponsesAPI
@@ -54,7 +55,11 @@ class GatewayApp:
             "/health": {"GET": self._health},
         }
         # Path-prefix routers tried in order when no exact route matches: path -> methods, or None.
-        self._prefix_routes: list[Callable[[str], dict[str, Handler] | None]] = [self.responses.routes]
+        self.conversations = ConversationsAPI(lambda: self.store, self.owner_for, self._read_body)
+        self._prefix_routes: list[Callable[[str], dict[str, Handler] | None]] = [
+            self.responses.routes,
+            self.conversations.route,
+        ]
 
     def owner_for(self, scope: Scope) -> str:
         """The owner of what this request stores and reads: a hash of its API key, or one shared owner.

@@ -1,0 +1,376 @@
+"""The Conversations API: ``/v1/conversations`` and its items, as OpenAI serves them.
+
+Requests are validated here, at the edge, with the same checks and wording as create-response
+(``param`` names the field: ``items[2].role``, ``metadata.topic``, ``limit``); the store then reads and
+writes as the caller's owner, so another owner's conversation is a 404 exactly like a missing one.
+
+Routes (``{id}`` is a conversation id, ``{item}`` an item id):
+
+=======================================  ==========================================================
+``POST /v1/conversations``               create (``items`` up to 20, ``metadata``)
+``GET /v1/conversations/{id}``           retrieve
+``POST /v1/conversations/{id}``          update the metadata
+``DELETE /v1/conversations/{id}``        delete -> ``{id, object: "conversation.deleted", deleted}``
+``GET /v1/conversations/{id}/items``     list (``after``, ``limit``, ``order``, ``include``)
+``POST /v1/conversations/{id}/items``    add up to 20 items -> a list of the added items
+``GET /v1/conversations/{id}/items/{item}``     retrieve one item (``include``)
+``DELETE /v1/conversations/{id}/items/{item}``  delete one item -> the conversation
+=======================================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from ..protocol.request import INCLUDABLE, RequestError
+from ..protocol.request import _input_item as check_input_item  # the create-response item checks
+from ..protocol.request import _list as check_list
+from ..protocol.request import _metadata as check_metadata
+from ..store import ItemReferenceNotFound, NotFound, Store, apply_include
+from .errors import HTTPError, send_json
+from .types import Receive, Scope, Send
+
+__all__ = ["PREFIX", "ConversationsAPI"]
+
+JSON = dict[str, Any]
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+StoreGetter = Callable[[], Store | None]
+OwnerOf = Callable[[Scope], str]
+BodyReader = Callable[[Scope, Receive], Awaitable[bytes]]
+
+PREFIX = "/v1/conversations"
+MAX_ITEMS = 20  # OpenAI: "You may add up to 20 items at a time."
+ORDERS = ("asc", "desc")
+# Items whose OpenAI model has a required ``status``; items given without one are complete.
+_STATUS_ITEMS = frozenset({"message", "function_call", "function_call_output"})
+
+
+def _bad(exc: RequestError) -> HTTPError:
+    return HTTPError.from_request_error(exc)
+
+
+def _invalid(message: str, param: str, code: str) -> HTTPError:
+    return HTTPError(400, message, param=param, code=code)
+
+
+def _not_found(exc: NotFound) -> HTTPError:
+    return HTTPError(404, str(exc), param=exc.param, code=getattr(exc, "code", None))
+
+
+def present(item: JSON) -> JSON:
+    """An item as the Conversations API shows it (messages and calls always carry ``status``)."""
+    if item.get("type") in _STATUS_ITEMS and item.get("status") is None:
+        return {**item, "status": "completed"}
+    return item
+
+
+def _items(value: Any, *, required: bool) -> list[JSON]:
+    """``items``: up to 20 input items, checked as create-response checks ``input``."""
+    if value is None:
+        if required:
+            raise _invalid("Missing required parameter: 'items'.", "items", "missing_required_parameter")
+        return []
+    try:
+        check_list(value, "items")
+    except RequestError as exc:
+        raise _bad(exc) from None
+    if len(value) > MAX_ITEMS:
+        raise _invalid(
+            f"Invalid 'items': array too long. Expected an array with maximum length {MAX_ITEMS}, "
+            f"but got an array with length {len(value)} instead.",
+            "items",
+            "array_above_max_length",
+        )
+    if required and not value:
+        raise _invalid(
+            "Invalid 'items': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            "items",
+            "empty_array",
+        )
+    out: list[JSON] = []
+    for i, raw in enumerate(value):
+        param = f"items[{i}]"
+        try:
+            out.append(present(check_input_item(raw, param)))
+        except RequestError as exc:
+            raise _bad(exc) from None
+    return out
+
+
+def _metadata(value: Any) -> JSON:
+    if value is None:
+        return {}
+    try:
+        return check_metadata(value)
+    except RequestError as exc:
+        raise _bad(exc) from None
+
+
+def _only(body: JSON, allowed: tuple[str, ...]) -> None:
+    for key in body:
+        if key not in allowed:
+            raise _invalid(f"Unknown parameter: '{key}'.", key, "unknown_parameter")
+
+
+class _Query:
+    """The query string of a list or retrieve request, checked with OpenAI's wording."""
+
+    def __init__(self, scope: Scope) -> None:
+        raw: bytes = scope.get("query_string", b"")
+        self.pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+
+    def last(self, name: str) -> str | None:
+        found = [v for k, v in self.pairs if k == name]
+        return found[-1] if found else None
+
+    def include(self) -> list[str]:
+        # The openai SDKs send arrays as ``include[]=a&include[]=b``; plain repeats work too.
+        values = [v for k, v in self.pairs if k in ("include", "include[]")]
+        for i, value in enumerate(values):
+            if value not in INCLUDABLE:
+                allowed = ", ".join(f"'{a}'" for a in INCLUDABLE)
+                raise _invalid(
+                    f"Invalid value: '{value}'. Supported values are: {allowed}.",
+                    f"include[{i}]",
+                    "invalid_value",
+                )
+        return values
+
+    def limit(self) -> int:
+        text = self.last("limit")
+        if text is None or text == "":
+            return 20
+        try:
+            value = int(text)
+        except ValueError:
+            raise _invalid(
+                f"Invalid type for 'limit': expected an integer, but got a string ('{text[:40]}') instead.",
+                "limit",
+                "invalid_type",
+            ) from None
+        if value < 1:
+            raise _invalid(
+                "Invalid 'limit': integer below minimum value. Expected a value >= 1, "
+                f"but got {value} instead.",
+                "limit",
+                "integer_below_min_value",
+            )
+        if value > 100:
+            raise _invalid(
+                "Invalid 'limit': integer above maximum value. Expected a value <= 100, "
+                f"but got {value} instead.",
+                "limit",
+                "integer_above_max_value",
+            )
+        return value
+
+    def order(self) -> str:
+        value = self.last("order") or "desc"
+        if value not in ORDERS:
+            raise _invalid(
+                f"Invalid value: '{value[:40]}'. Supported values are: 'asc' and 'desc'.",
+                "order",
+                "invalid_value",
+            )
+        return value
+
+    def after(self) -> str | None:
+        return self.last("after") or None
+
+
+class ConversationsAPI:
+    """The conversation routes over the gateway's store, for the owner of each request.
+
+    ``store()`` returns the running store (``None`` when the gateway runs without one),
+    ``owner(scope)`` who the request acts for, ``read_body(scope, receive)`` the size-limited body:
+    all three belong to the app, which calls :meth:`route` for paths under ``/v1/conversations``.
+    """
+
+    def __init__(self, store: StoreGetter, owner: OwnerOf, read_body: BodyReader) -> None:
+        self._store = store
+        self._owner = owner
+        self._read_body = read_body
+
+    def route(self, path: str) -> dict[str, Handler] | None:
+        """The handlers by method for ``path``, or ``None`` when no conversation route matches."""
+        if path == PREFIX:
+            return {"POST": self._create}
+        if not path.startswith(PREFIX + "/"):
+            return None
+        parts = path[len(PREFIX) + 1 :].split("/")
+        if not all(parts):
+            return None
+        cid = parts[0]
+        if len(parts) == 1:
+
+            async def get(scope: Scope, receive: Receive, send: Send) -> None:
+                await self._get(scope, send, cid)
+
+            async def update(scope: Scope, receive: Receive, send: Send) -> None:
+                await self._update(scope, receive, send, cid)
+
+            async def delete(scope: Scope, receive: Receive, send: Send) -> None:
+                await self._delete(scope, send, cid)
+
+            return {"GET": get, "POST": update, "DELETE": delete}
+        if parts[1] != "items":
+            return None
+        if len(parts) == 2:
+
+            async def list_items(scope: Scope, receive: Receive, send: Send) -> None:
+                await self._list_items(scope, send, cid)
+
+            async def add_items(scope: Scope, receive: Receive, send: Send) -> None:
+                await self._add_items(scope, receive, send, cid)
+
+            return {"GET": list_items, "POST": add_items}
+        if len(parts) == 3:
+            item_id = parts[2]
+
+            async def get_item(scope: Scope, receive: Receive, send: Send) -> None:
+                await self._get_item(scope, send, cid, item_id)
+
+            async def delete_item(scope: Scope, receive: Receive, send: Send) -> None:
+                await self._delete_item(scope, send, cid, item_id)
+
+            return {"GET": get_item, "DELETE": delete_item}
+        return None
+
+    # ------------------------------------------------------------------------------------ plumbing
+    def _need_store(self) -> Store:
+        store = self._store()
+        if store is None:
+            raise HTTPError(
+                404,
+                "This gateway keeps no conversations (it runs without a store: serve --store none).",
+                code="not_found",
+            )
+        return store
+
+    async def _body(self, scope: Scope, receive: Receive) -> JSON:
+        raw = await self._read_body(scope, receive)
+        if not raw.strip():
+            return {}
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise HTTPError(
+                400,
+                "We could not parse the JSON body of your request. The API expects a JSON payload, but "
+                "what was sent was not valid JSON.",
+            ) from None
+        if not isinstance(body, dict):
+            raise HTTPError(400, "The request body must be a JSON object.", code="invalid_type")
+        return body
+
+    @staticmethod
+    async def _ok(send: Send, value: JSON) -> None:
+        await send_json(send, 200, orjson.dumps(value))
+
+    async def _items_to_store(self, store: Store, owner: str, items: list[JSON]) -> list[JSON]:
+        """Resolve ``item_reference`` items here so a miss names ``items[i]``, not ``input[i]``."""
+        try:
+            resolved = await store.resolve_item_references(owner, items)
+        except ItemReferenceNotFound as exc:
+            index = exc.param[len("input") :] if exc.param else ""
+            raise HTTPError(404, str(exc), param=f"items{index}") from None
+        return [present(item) for item in resolved]
+
+    @staticmethod
+    def _page(page: JSON) -> JSON:
+        page["data"] = [present(item) for item in page["data"]]
+        return page
+
+    # ------------------------------------------------------------------------------------ routes
+    async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
+        store = self._need_store()
+        body = await self._body(scope, receive)
+        _only(body, ("items", "metadata"))
+        items = _items(body.get("items"), required=False)
+        metadata = _metadata(body.get("metadata"))
+        owner = self._owner(scope)
+        items = await self._items_to_store(store, owner, items)
+        await self._ok(send, await store.create_conversation(owner, items=items, metadata=metadata))
+
+    async def _get(self, scope: Scope, send: Send, cid: str) -> None:
+        store = self._need_store()
+        try:
+            conversation = await store.get_conversation(self._owner(scope), cid)
+        except NotFound as exc:
+            raise _not_found(exc) from None
+        await self._ok(send, conversation)
+
+    async def _update(self, scope: Scope, receive: Receive, send: Send, cid: str) -> None:
+        store = self._need_store()
+        body = await self._body(scope, receive)
+        _only(body, ("metadata",))
+        if "metadata" not in body:
+            raise _invalid(
+                "Missing required parameter: 'metadata'.", "metadata", "missing_required_parameter"
+            )
+        metadata = _metadata(body["metadata"])
+        try:
+            conversation = await store.update_conversation(self._owner(scope), cid, metadata)
+        except NotFound as exc:
+            raise _not_found(exc) from None
+        await self._ok(send, conversation)
+
+    async def _delete(self, scope: Scope, send: Send, cid: str) -> None:
+        store = self._need_store()
+        try:
+            deleted = await store.delete_conversation(self._owner(scope), cid)
+        except NotFound as exc:
+            raise _not_found(exc) from None
+        await self._ok(send, deleted)
+
+    async def _list_items(self, scope: Scope, send: Send, cid: str) -> None:
+        store = self._need_store()
+        query = _Query(scope)
+        include, limit, order, after = query.include(), query.limit(), query.order(), query.after()
+        try:
+            page = await store.list_conversation_items(
+                self._owner(scope), cid, after=after, limit=limit, order=order, include=include
+            )
+        except NotFound as exc:
+            raise _not_found(exc) from None
+        await self._ok(send, self._page(page))
+
+    async def _add_items(self, scope: Scope, receive: Receive, send: Send, cid: str) -> None:
+        store = self._need_store()
+        include = _Query(scope).include()
+        body = await self._body(scope, receive)
+        _only(body, ("items",))
+        items = _items(body.get("items"), required=True)
+        owner = self._owner(scope)
+        try:
+            # Checked before resolving references, so a missing conversation is the 404 reported.
+            await store.get_conversation(owner, cid)
+            items = await self._items_to_store(store, owner, items)
+            page = await store.add_conversation_items(owner, cid, items)
+        except NotFound as exc:
+            raise _not_found(exc) from None
+        # Stored items keep everything; the answer hides what ``include`` does not ask for.
+        page["data"] = [apply_include(item, include) for item in page["data"]]
+        await self._ok(send, self._page(page))
+
+    async def _get_item(self, scope: Scope, send: Send, cid: str, item_id: str) -> None:
+        store = self._need_store()
+        include = _Query(scope).include()
+        try:
+            item = await store.get_conversation_item(self._owner(scope), cid, item_id, include=include)
+        except NotFound as exc:
+            raise _not_found(exc) from None
+        await self._ok(send, present(item))
+
+    async def _delete_item(self, scope: Scope, send: Send, cid: str, item_id: str) -> None:
+        store = self._need_store()
+        try:
+            conversation = await store.delete_conversation_item(self._owner(scope), cid, item_id)
+        except NotFound as exc:
+            raise _not_found(exc) from None
+        await self._ok(send, conversation)
