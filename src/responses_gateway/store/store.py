@@ -873,12 +873,15 @@ class EventRecorder:
     async def _run(self) -> None:
         while self._outbox:
             events, final = self._outbox.pop(0)
+            if final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events):
+                # The end is written before followers see it: whoever reads the response after its
+                # terminal event finds it finished.
+                self._pending.extend(events)
+                await self._end(final, events)
+                return
             if events:
                 await self.store.live.publish(self.response_id, events)
                 self._pending.extend(events)
-            if final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events):
-                await self._end(final)
-                return
             if len(self._pending) >= self.store.flush_events:
                 await self.flush()
             elif self._timer is None:
@@ -901,7 +904,7 @@ class EventRecorder:
         self.add_nowait([], response)
         await self.drain()
 
-    async def _end(self, final: JSON | None) -> None:
+    async def _end(self, final: JSON | None, last: list[JSON]) -> None:
         if self._timer is not None and self._timer is not asyncio.current_task():
             self._timer.cancel()
             self._timer = None
@@ -909,5 +912,7 @@ class EventRecorder:
             events, self._pending = self._pending, []
             await self.store._write_events(self.response_id, events, final)
         self._done = True
+        if last:
+            await self.store.live.publish(self.response_id, last)
         await self.store.live.end(self.response_id)
         self.store._cancel.pop(self.response_id, None)
