@@ -387,3 +387,14 @@ def test_two_turn_chat_through_conversation(served: tuple[Gateway, ScriptedProvi
         other.responses.create(model="m", input="What is my name?", conversation=conv.id)
     assert len(provider.requests) == 3
     assert len(list(client.conversations.items.list(conv.id))) == 7
+
+
+def test_without_a_store_conversations_are_not_found(gateway: Factory) -> None:
+    gw = gateway([_provider()])  # no store_url: serve --store none
+    client = _client(gw)
+    with pytest.raises(openai.NotFoundError) as err:
+        client.conversations.create(items=[user("x")])
+    assert err.value.body["code"] == "not_found"
+    assert "without a store" in err.value.body["message"]
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.items.list("conv_x")
