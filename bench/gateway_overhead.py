@@ -406,6 +406,13 @@ def main() -> int:
         help="what-if: cap the gateway's upstream connection pool (total and per host) at this size "
         "(default: unlimited, as serve runs)",
     )
+    p.add_argument(
+        "--gateway-store",
+        default="none",
+        metavar="URL",
+        help="the gateway's response store (default none: this measures the relay; bench/store.py measures "
+        "what storing adds); e.g. sqlite:///tmp/bench.db",
+    )
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-install", action="store_true", help="never pip install (LiteLLM, matplotlib)")
     p.add_argument("--no-plot", action="store_true")
@@ -503,6 +510,8 @@ def main() -> int:
             argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
             argv += ["--no-local", "--log-level", "warning"]
             results["gateway_launcher"] = "responses-gateway serve --config"
+            if a.gateway_store != "none":
+                results["gateway_launcher"] += f" (store {a.gateway_store})"
             if a.gateway_pool_limit:
                 results["gateway_launcher"] += (
                     f" (what-if: upstream pool_limit {a.gateway_pool_limit}, as --gateway-pool-limit asked)"
@@ -515,7 +524,11 @@ def main() -> int:
                 proxy_cpus,
                 tmp,
                 # Anything the gateway persists stays in the run's temporary directory.
-                env={"RG_BENCH_UPSTREAM_KEY": "sk-bench", "RG_DATA_DIR": str(tmp / "gateway-data")},
+                env={
+                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
+                    "RG_DATA_DIR": str(tmp / "gateway-data"),
+                    "RG_STORE_URL": a.gateway_store,
+                },
             )
             for n in gw_wanted:
                 model = "bench" if n == "gateway-chat" else "bench-resp"
