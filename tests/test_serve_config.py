@@ -420,3 +420,19 @@ def test_the_env_variable_names_the_config_and_the_key_never_prints(tmp_path: Pa
     assert proc.returncode == 2
     assert f"{config}:6: models[0].options.betas: must be a list" in proc.stderr
     assert secret not in proc.stderr + proc.stdout
+
+
+def test_a_script_cannot_shadow_a_configured_model(tmp_path: Path) -> None:
+    script = tmp_path / "demo.yaml"
+    script.write_text('- message: "hi"\n')
+    config = tmp_path / "models.yaml"
+    config.write_text("local: false\nmodels:\n  - name: demo\n    provider: scripted\n    script: " + script.name)
+    proc = subprocess.run(
+        [str(EXE), "serve", "--config", str(config), "--script", str(script), "--port", str(_free_port())],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "the model name 'demo' is already served" in proc.stderr

@@ -150,7 +150,10 @@ def build_registry(args: argparse.Namespace) -> ModelRegistry:
     else:
         registry = default_registry(local=not args.no_local, model_path=args.model_path)
     for path in args.script:
-        registry.add(ScriptedProvider.from_file(path))
+        scripted = ScriptedProvider.from_file(path)
+        if scripted.name in registry:
+            raise ValueError(f"--script {path}: the model name {scripted.name!r} is already served")
+        registry.add(scripted)
     return registry
 
 
