@@ -426,7 +426,9 @@ def test_a_script_cannot_shadow_a_configured_model(tmp_path: Path) -> None:
     script = tmp_path / "demo.yaml"
     script.write_text('- message: "hi"\n')
     config = tmp_path / "models.yaml"
-    config.write_text("local: false\nmodels:\n  - name: demo\n    provider: scripted\n    script: " + script.name)
+    config.write_text(
+        "local: false\nmodels:\n  - name: demo\n    provider: scripted\n    script: demo.yaml\n"
+    )
     proc = subprocess.run(
         [str(EXE), "serve", "--config", str(config), "--script", str(script), "--port", str(_free_port())],
         capture_output=True,
