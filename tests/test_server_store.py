@@ -692,3 +692,133 @@ def test_sealed_reasoning_round_trip_with_store_false(
                 "invalid_encrypted_content",
             )
     assert len(upstream.requests) == calls
+
+
+# ---------------------------------------------------------------------------------------- endings
+async def _count_responses(url: str) -> int:
+    store = await open_store(url)
+    try:
+        async with store.db.transaction() as tx:
+            row = await tx.fetchone("SELECT COUNT(*) FROM rg_responses")
+    finally:
+        await store.close()
+    assert row is not None
+    return int(row[0])
+
+
+def test_refused_before_the_first_event_stores_nothing(stored: Callable[..., Gateway]) -> None:
+    refusal = {"error": {"status": 429, "message": "slow down", "code": "rate_limit_exceeded"}}
+    gw = stored([ScriptedProvider([refusal], name="m")])
+    url = gw.app.config.store_url or ""
+    before = run(_count_responses(url))
+    with http() as h:
+        for stream in (False, True):
+            answer = h.post(gw.url("/v1/responses"), json={"model": "m", "input": "hi", "stream": stream})
+            assert answer.status_code == 429 and answer.json()["error"]["code"] == "rate_limit_exceeded"
+    assert run(_count_responses(url)) == before
+
+
+def test_a_foreground_client_that_leaves_cancels_the_stored_response(stored: Callable[..., Gateway]) -> None:
+    provider = ScriptedProvider([{"message": [f"w{i} " for i in range(50)], "delay": 0.05}], name="m")
+    gw = stored([provider])
+    seen: list[JSON] = []
+    decoder = EventStreamDecoder()
+    with (
+        http() as h,
+        h.stream(
+            "POST", gw.url("/v1/responses"), json={"model": "m", "input": "go", "stream": True}
+        ) as response,
+    ):
+        for chunk in response.iter_bytes():
+            seen.extend(decoder.feed(chunk))
+            if sum(e["type"] == "response.output_text.delta" for e in seen) >= 3:
+                break
+    rid = seen[0]["response"]["id"]
+    with http() as h:
+        wait_for(lambda: h.get(gw.url(f"/v1/responses/{rid}")).json()["status"] == "cancelled")
+        events = decode_sse(h.get(gw.url(f"/v1/responses/{rid}"), params={"stream": "true"}).content)
+    check_stream(events)
+    assert events[: len(seen)] == seen
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "response_cancelled"
+
+
+def test_shutdown_fails_running_background_responses(store_url: str, tmp_path: Path) -> None:
+    config: Any = {"store_url": store_url, "data_dir": str(tmp_path / "data")}
+    slow = ScriptedProvider([{"message": [f"w{i} " for i in range(100)], "delay": 0.05}], name="m")
+    gw = start_gateway([slow], **config)
+    try:
+        client = sdk(gw)
+        running = client.responses.create(model="m", input="go", background=True)
+        wait_for(lambda: client.responses.retrieve(running.id).status == "in_progress")
+    finally:
+        gw.stop()
+    again = start_gateway([ScriptedProvider([{"message": "ok"}], name="m")], **config)
+    try:
+        after = sdk(again).responses.retrieve(running.id)
+        assert after.status == "failed" and after.error is not None and after.error.code == "server_error"
+        # Ended by the shutdown itself (crash recovery would say the instance stopped).
+        assert "shut down" in after.error.message
+        with http() as h:
+            events = decode_sse(
+                h.get(again.url(f"/v1/responses/{running.id}"), params={"stream": "true"}).content
+            )
+        check_stream(events)
+        assert events[-1]["type"] == "response.failed"
+    finally:
+        again.stop()
+
+
+def test_sdk_resume_and_sealed_input_items(stored: Callable[..., Gateway]) -> None:
+    gw = stored([ScriptedProvider(TOOL_SCRIPT, name="m")])
+    client = sdk(gw)
+    first = client.responses.create(model="m", input="weather?", tools=[WEATHER_TOOL])
+    # The SDK's own resume call: retrieve(stream=True, starting_after=N).
+    with client.responses.retrieve(first.id, stream=True, starting_after=2) as stream:
+        events = [event.model_dump() for event in stream]
+    assert events[0]["sequence_number"] == 3 and events[-1]["type"] == "response.completed"
+    # Reasoning items given as input are listed sealed when asked for, and without state otherwise.
+    second = client.responses.create(
+        model="m",
+        input=[first.output[0].model_dump(exclude_none=True), {"role": "user", "content": "thanks"}],  # type: ignore[list-item]
+    )
+    listed = client.responses.input_items.list(
+        second.id, order="asc", include=["reasoning.encrypted_content"]
+    )
+    state = listed.data[0].encrypted_content  # type: ignore[union-attr]
+    assert state is not None and state.startswith("rgs1.")
+    assert client.responses.input_items.list(second.id, order="asc").data[0].encrypted_content is None  # type: ignore[union-attr]
+
+
+def test_serve_options_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from responses_gateway.server.run import add_serve_arguments, store_settings
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    for name in ("RG_STORE_URL", "RG_REDIS_URL", "RG_DATA_DIR", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home_default = tmp_path / ".local" / "share" / "responses-gateway"
+    assert store_settings(parser.parse_args([])) == (
+        f"sqlite:///{home_default / 'gateway.db'}",
+        None,
+        str(home_default),
+    )
+    data = tmp_path / "d"
+    assert (
+        store_settings(parser.parse_args(["--data-dir", str(data)]))[0] == f"sqlite:///{data / 'gateway.db'}"
+    )
+    monkeypatch.setenv("RG_DATA_DIR", str(data))
+    monkeypatch.setenv("RG_STORE_URL", "postgresql://u@db/x")
+    monkeypatch.setenv("RG_REDIS_URL", "redis://r:6379/0")
+    assert store_settings(parser.parse_args([])) == ("postgresql://u@db/x", "redis://r:6379/0", str(data))
+    # Options win over the environment; "none" runs without a store.
+    assert store_settings(parser.parse_args(["--store", "sqlite:///x.db"]))[0] == "sqlite:///x.db"
+    monkeypatch.delenv("RG_REDIS_URL")
+    assert store_settings(parser.parse_args(["--store", "none"]))[0] is None
+    with pytest.raises(ValueError, match="needs a store"):
+        store_settings(parser.parse_args(["--store", "none", "--redis", "redis://r"]))
+    with pytest.raises(ValueError, match="must start with"):
+        store_settings(parser.parse_args(["--store", "mysql://x"]))
