@@ -822,3 +822,19 @@ def test_serve_options_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
         store_settings(parser.parse_args(["--store", "none", "--redis", "redis://r"]))
     with pytest.raises(ValueError, match="must start with"):
         store_settings(parser.parse_args(["--store", "mysql://x"]))
+
+
+@pytest.mark.parametrize("mode", ["in_progress", "ping"])
+def test_keepalives_are_stored_with_the_stream(stored: Callable[..., Gateway], mode: str) -> None:
+    script = [{"message": ["a"]}, {"sleep": 0.4}, {"message": ["b"]}]
+    gw = stored([ScriptedProvider(script, name="m")], keepalive=mode, keepalive_interval=0.05)
+    with http() as h:
+        events = decode_sse(
+            h.post(gw.url("/v1/responses"), json={"model": "m", "input": "x", "stream": True}).content
+        )
+        keepalive = "response.in_progress" if mode == "in_progress" else "ping"
+        assert sum(e["type"] == keepalive for e in events) >= 3
+        check_stream(events, strict=mode == "in_progress")
+        rid = events[0]["response"]["id"]
+        replay = decode_sse(h.get(gw.url(f"/v1/responses/{rid}"), params={"stream": "true"}).content)
+    assert replay == events
