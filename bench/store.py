@@ -4,16 +4,22 @@ Each response is the event stream of a real streamed answer (``response.created`
 one message with ``--deltas`` text deltas, ``completed``: 72 events for 64 deltas) built by the
 StreamBuilder and SSE-encoded the way the server loop does. ``store:false`` does only that;
 ``store:true`` also does what the server does for a stored response: ``resolve_input``,
-``create_response``, then ``recorder.add`` after every provider step, ending with the terminal
-commit (status, output items, usage in one transaction). The two run alternately, one response
+``create_response``, then ``recorder.add_nowait`` after every provider step, and before the terminal
+event is sent ``recorder.drain()``: the terminal commit (status, output items, usage in one
+transaction). The two run alternately, one response
 each, on the same event loop, so drift in machine load hits both sides equally.
 
 Printed per store (SQLite file, PostgreSQL): median and p90 time per response for each side, the
-added time per response and per event, the ratio, what one ``recorder.add`` costs on the hot path
+added time per response and per event, the ratio, what one ``recorder.add_nowait`` costs on the hot path
 (p50/p99), and the conditions of the run.
 
     .venv/bin/python bench/store.py [--responses 200] [--deltas 64] [--stores sqlite,postgresql]
-        [--interval-ms 0] [--postgres URL] [--json FILE]
+        [--interval-ms 0] [--postgres URL] [--server] [--json FILE]
+
+``--server`` also measures through a real gateway process (``responses-gateway serve --script``, a
+scripted model sending the same 64 deltas, on the same store) over HTTP with keep-alive: streamed
+requests with ``"store": true`` and ``"store": false`` alternate, and the table gives the time to the
+first byte and to the end of the stream for each, and the added time per response and per event.
 
 ``--interval-ms`` sleeps between deltas, as an upstream does, so background flushes happen mid-stream
 (the default 0 measures pure overhead). PostgreSQL comes from ``--postgres``, ``RG_TEST_POSTGRES_URL``
@@ -78,11 +84,12 @@ async def one_response(store: Store | None, deltas: int, interval: float) -> Sam
     recorder = None
     create = 0.0
     if store is not None:
+        c0 = perf()
         _context, turn = await store.resolve_input(OWNER, INPUT)
         builder.start()
         await store.create_response(OWNER, builder.snapshot(), request=REQUEST, input_items=turn)
         recorder = store.recorder(builder.response["id"])
-        create = perf() - t0
+        create = perf() - c0
     else:
         builder.start()
     sent = 0
@@ -91,10 +98,15 @@ async def one_response(store: Store | None, deltas: int, interval: float) -> Sam
         nonlocal sent
         events = builder.take()
         b"".join([encode_event(e) for e in events])  # what the relay sends
+        await asyncio.sleep(0)  # the relay's send yields to the event loop (the recorder's pump runs)
         sent += len(events)
         if recorder is not None:
+            # As the server loop: queue every step's events; before the terminal event goes out,
+            # wait until it is written, so a client reading the response next finds it finished.
             a = perf()
-            await recorder.add(events)
+            recorder.add_nowait(events)
+            if builder.finished:
+                await recorder.drain()
             adds.append(perf() - a)
 
     await step()
@@ -166,6 +178,131 @@ async def measure(url: str, args: argparse.Namespace) -> JSON:
     }
 
 
+# ------------------------------------------------------------------------------------ through the server
+GATEWAY = Path(sys.executable).parent / "responses-gateway"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def measure_server(url: str, args: argparse.Namespace, tmp: Path) -> JSON:
+    """Alternate stored and unstored streamed requests through a gateway process on ``url``."""
+    import httpx
+
+    script = tmp / "bench.yaml"
+    script.write_text(json.dumps({"model": "bench", "steps": [{"message": [DELTA] * args.deltas}]}))
+    port = _free_port()
+    log = (tmp / "gateway.log").open("wb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
+    proc = subprocess.Popen(
+        [
+            str(GATEWAY),
+            "serve",
+            "--no-local",
+            "--script",
+            str(script),
+            "--store",
+            url,
+            "--data-dir",
+            str(tmp / "data"),
+            "--port",
+            str(port),
+            "--keepalive",
+            "off",
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited: {(tmp / 'gateway.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.05)
+        perf = time.perf_counter
+        with httpx.Client(base_url=base, timeout=30) as http:
+
+            def one(store: bool) -> tuple[float, float, int]:
+                body = {"model": "bench", "input": "Tell me a story.", "stream": True, "store": store}
+                t0 = perf()
+                first = 0.0
+                events = 0
+                with http.stream("POST", "/v1/responses", json=body) as resp:
+                    if resp.status_code != 200:
+                        raise RuntimeError(f"HTTP {resp.status_code}: {resp.read()[:500]!r}")
+                    for chunk in resp.iter_bytes():
+                        if not first:
+                            first = perf() - t0
+                        events += chunk.count(b"\n\n")
+                return first, perf() - t0, events
+
+            for _ in range(args.warmup):
+                one(False)
+                one(True)
+            off: list[tuple[float, float, int]] = []
+            on: list[tuple[float, float, int]] = []
+            for i in range(args.responses):
+                if i % 2 == 0:
+                    off.append(one(False))
+                    on.append(one(True))
+                else:
+                    on.append(one(True))
+                    off.append(one(False))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    events = on[0][2]
+    pair = [b[1] - a[1] for a, b in zip(off, on, strict=True)]
+    first_pair = [b[0] - a[0] for a, b in zip(off, on, strict=True)]
+    return {
+        "events_per_response": events,
+        "store_false_ms": {
+            "ttfb_p50": statistics.median(x[0] for x in off) * 1e3,
+            "p50": statistics.median(x[1] for x in off) * 1e3,
+        },
+        "store_true_ms": {
+            "ttfb_p50": statistics.median(x[0] for x in on) * 1e3,
+            "p50": statistics.median(x[1] for x in on) * 1e3,
+            "p90": _pct([x[1] for x in on], 0.9) * 1e3,
+        },
+        "added_ttfb_ms": statistics.median(first_pair) * 1e3,
+        "added_ms_per_response": statistics.median(pair) * 1e3,
+        "added_us_per_event": statistics.median(pair) / events * 1e6,
+        "ratio_p50": statistics.median(x[1] for x in on) / statistics.median(x[1] for x in off),
+    }
+
+
+def print_server_row(name: str, r: JSON) -> None:
+    f, t = r["store_false_ms"], r["store_true_ms"]
+    print(
+        f"{name:<11} {r['events_per_response']:>6} {f['ttfb_p50']:>9.3f} {t['ttfb_p50']:>9.3f} "
+        f"{f['p50']:>9.3f} {t['p50']:>9.3f} {t['p90']:>9.3f} {r['added_ttfb_ms']:>+10.3f} "
+        f"{r['added_ms_per_response']:>+10.3f} {r['added_us_per_event']:>+9.1f} {r['ratio_p50']:>6.2f}"
+    )
+
+
 # ------------------------------------------------------------------------------------ databases
 def _postgres_base(args: argparse.Namespace) -> str | None:
     url = args.postgres or os.environ.get("RG_TEST_POSTGRES_URL")
@@ -221,6 +358,7 @@ def conditions(args: argparse.Namespace) -> JSON:
         "deltas": args.deltas,
         "interval_ms": args.interval_ms,
         "flush_interval_s": args.flush_interval,
+        "server": args.server,
     }
 
 
@@ -236,7 +374,7 @@ def print_row(name: str, r: JSON) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> JSON:
-    result: JSON = {"conditions": conditions(args), "stores": {}}
+    result: JSON = {"conditions": conditions(args), "stores": {}, "server": {}}
     wanted = [s.strip() for s in args.stores.split(",") if s.strip()]
     cond = result["conditions"]
     print("store:true vs store:false, the store driven directly (bench/store.py)")
@@ -245,6 +383,9 @@ async def main_async(args: argparse.Namespace) -> JSON:
             with tempfile.TemporaryDirectory(prefix="rg-bench-store-", dir=args.sqlite_dir) as tmp:
                 cond["sqlite"] = {"dir": tmp, "fs": _fs_type(Path(tmp)), "journal": "WAL, synchronous=NORMAL"}
                 result["stores"]["sqlite"] = await measure(f"sqlite://{tmp}/gateway.db", args)
+                if args.server:
+                    url = f"sqlite://{tmp}/server.db"
+                    result["server"]["sqlite"] = await asyncio.to_thread(measure_server, url, args, Path(tmp))
         elif name == "postgresql":
             base = _postgres_base(args)
             if base is None:
@@ -256,6 +397,11 @@ async def main_async(args: argparse.Namespace) -> JSON:
             cond["postgresql"] = {"version": version, "host": host, "pool": "asyncpg, max 10"}
             try:
                 result["stores"]["postgresql"] = await measure(_with_db(base, db), args)
+                if args.server:
+                    with tempfile.TemporaryDirectory(prefix="rg-bench-store-") as tmp:
+                        result["server"]["postgresql"] = await asyncio.to_thread(
+                            measure_server, _with_db(base, db), args, Path(tmp)
+                        )
             finally:
                 await _pg_admin(base, f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         else:
@@ -274,9 +420,19 @@ async def main_async(args: argparse.Namespace) -> JSON:
     print(
         "times per response in ms (time to the last event); added = median of paired differences "
         "(true - false);\ncreate = resolve_input + create_response; µs/event = added / events; "
-        "add = one recorder.add on the hot path (µs);\n"
-        "commit = the terminal add (status, output items, usage in one transaction)"
+        "add = one recorder.add_nowait on the hot path (µs);\n"
+        "commit = the terminal add_nowait + drain (status, output items, usage in one transaction)"
     )
+    if result["server"]:
+        print("\nthrough a gateway process (responses-gateway serve --script, HTTP keep-alive, streamed)")
+        print(
+            f"{'store':<11} {'events':>6} {'ttfb off':>9} {'ttfb on':>9} {'false p50':>9} {'true p50':>9} "
+            f"{'true p90':>9} {'added ttfb':>10} {'added ms':>10} {'µs/event':>9} {'ratio':>6}"
+        )
+        for name, r in result["server"].items():
+            print_server_row(name, r)
+        print("ms per response: time to the first byte (ttfb) and to the end of the stream; added = median")
+        print("of paired differences (store:true - store:false); µs/event = added / events")
     return result
 
 
@@ -292,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="sqlite,postgresql", help="comma-separated: sqlite,postgresql")
     parser.add_argument("--postgres", default=None, help="PostgreSQL URL (a database is created there)")
     parser.add_argument("--sqlite-dir", default=None, help="where the SQLite file goes (default: $TMPDIR)")
+    parser.add_argument("--server", action="store_true", help="also measure through a gateway process")
     parser.add_argument("--json", default=None, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     if args.responses < 1 or args.deltas < 1:
