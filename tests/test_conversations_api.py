@@ -21,6 +21,7 @@ from responses_gateway.providers.scripted import ScriptedProvider
 from test_store_services import require, run
 
 KEY_A, KEY_B = "sk-conv-a", "sk-conv-b"
+ENCRYPTED = "reasoning.encrypted_content"
 PG_DB = "rg_conv_api_test"
 _pg_ready: dict[str, str] = {}
 
@@ -160,13 +161,14 @@ def test_create_retrieve_update_list_add_delete(served: tuple[Gateway, ScriptedP
 
 
 def test_empty_conversation_and_include(served: tuple[Gateway, ScriptedProvider]) -> None:
-    gw, _ = served
+    gw, provider = served
     client = _client(gw)
     conv = client.conversations.create()
     assert conv.metadata == {}
     empty = client.conversations.items.list(conv.id)
     assert empty.data == [] and empty.has_more is False
-    # Stored items keep encrypted reasoning; reads show it only when include asks.
+    # Stored items keep the reasoning state; reads show it only when include asks, and then sealed
+    # for the caller, as on /v1/responses: it never leaves the gateway unsealed.
     added = client.conversations.items.create(
         conv.id, items=[{"type": "reasoning", "summary": [], "encrypted_content": "opaque-state"}]
     )
@@ -174,18 +176,37 @@ def test_empty_conversation_and_include(served: tuple[Gateway, ScriptedProvider]
     assert rid.startswith("rs_")
     assert added.data[0].encrypted_content is None
     assert client.conversations.items.retrieve(rid, conversation_id=conv.id).encrypted_content is None
-    shown = client.conversations.items.retrieve(
-        rid, conversation_id=conv.id, include=["reasoning.encrypted_content"]
+    shown = client.conversations.items.retrieve(rid, conversation_id=conv.id, include=[ENCRYPTED])
+    sealed = shown.encrypted_content
+    assert sealed is not None and sealed.startswith("rgs1.") and "opaque-state" not in sealed
+    listed = client.conversations.items.list(conv.id, include=[ENCRYPTED])
+    assert listed.data[0].encrypted_content is not None and listed.data[0].encrypted_content.startswith(
+        "rgs1."
     )
-    assert shown.encrypted_content == "opaque-state"
-    listed = client.conversations.items.list(conv.id, include=["reasoning.encrypted_content"])
-    assert listed.data[0].encrypted_content == "opaque-state"
     again = client.conversations.items.create(
         conv.id,
         items=[{"type": "reasoning", "summary": [], "encrypted_content": "more"}],
-        include=["reasoning.encrypted_content"],
+        include=[ENCRYPTED],
     )
-    assert again.data[0].encrypted_content == "more"
+    assert again.data[0].encrypted_content is not None and again.data[0].encrypted_content.startswith("rgs1.")
+
+    # Sealed state sent back is opened before it is stored: the back end gets the original.
+    other = client.conversations.create(
+        items=[{"type": "reasoning", "summary": [], "encrypted_content": sealed}, user("go on")]
+    )
+    client.responses.create(model="m", input="and then?", conversation=other.id)
+    upstream = provider.requests[-1].input
+    assert [i.get("encrypted_content") for i in upstream if i["type"] == "reasoning"] == ["opaque-state"]
+
+    # Altered state, or state sealed for another key, is refused naming the item.
+    tampered = sealed[:-4] + ("AAAA" if not sealed.endswith("AAAA") else "BBBB")
+    for blob, key in ((tampered, KEY_A), (sealed, KEY_B)):
+        with pytest.raises(openai.BadRequestError) as err:
+            _client(gw, key).conversations.create(
+                items=[user("x"), {"type": "reasoning", "summary": [], "encrypted_content": blob}]
+            )
+        assert err.value.body["param"] == "items[1].encrypted_content"
+        assert err.value.body["code"] == "invalid_encrypted_content"
 
 
 def test_item_reference_copies_an_item_of_the_same_owner(served: tuple[Gateway, ScriptedProvider]) -> None:

@@ -55,7 +55,9 @@ class GatewayApp:
             "/health": {"GET": self._health},
         }
         # Path-prefix routers tried in order when no exact route matches: path -> methods, or None.
-        self.conversations = ConversationsAPI(lambda: self.store, self.owner_for, self._read_body)
+        self.conversations = ConversationsAPI(
+            lambda: self.store, self.owner_for, self._read_body, lambda: self.sealer
+        )
         self._prefix_routes: list[Callable[[str], dict[str, Handler] | None]] = [
             self.responses.routes,
             self.conversations.route,

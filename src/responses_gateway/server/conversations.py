@@ -30,8 +30,10 @@ from ..protocol.request import INCLUDABLE, RequestError
 from ..protocol.request import _input_item as check_input_item  # the create-response item checks
 from ..protocol.request import _list as check_list
 from ..protocol.request import _metadata as check_metadata
+from ..sealing import Sealer, SealError
 from ..store import ItemReferenceNotFound, NotFound, Store, apply_include
 from .errors import HTTPError, send_json
+from .responses import ENCRYPTED, _present_item, _reasoning_state
 from .types import Receive, Scope, Send
 
 __all__ = ["PREFIX", "ConversationsAPI"]
@@ -41,6 +43,7 @@ Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 StoreGetter = Callable[[], Store | None]
 OwnerOf = Callable[[Scope], str]
 BodyReader = Callable[[Scope, Receive], Awaitable[bytes]]
+SealerGetter = Callable[[], Sealer]
 
 PREFIX = "/v1/conversations"
 MAX_ITEMS = 20  # OpenAI: "You may add up to 20 items at a time."
@@ -187,14 +190,22 @@ class ConversationsAPI:
     """The conversation routes over the gateway's store, for the owner of each request.
 
     ``store()`` returns the running store (``None`` when the gateway runs without one),
-    ``owner(scope)`` who the request acts for, ``read_body(scope, receive)`` the size-limited body:
-    all three belong to the app, which calls :meth:`route` for paths under ``/v1/conversations``.
+    ``owner(scope)`` who the request acts for, ``read_body(scope, receive)`` the size-limited body,
+    ``sealer()`` the key for reasoning state: all four belong to the app, which calls :meth:`route`
+    for paths under ``/v1/conversations``.
+
+    Reasoning state is handled as on ``/v1/responses``: state this gateway sealed is opened before it
+    is stored (altered or another owner's is a 400), and reads that ``include``
+    ``reasoning.encrypted_content`` get it sealed for the caller; it never leaves unsealed.
     """
 
-    def __init__(self, store: StoreGetter, owner: OwnerOf, read_body: BodyReader) -> None:
+    def __init__(
+        self, store: StoreGetter, owner: OwnerOf, read_body: BodyReader, sealer: SealerGetter
+    ) -> None:
         self._store = store
         self._owner = owner
         self._read_body = read_body
+        self._sealer = sealer
 
     def route(self, path: str) -> dict[str, Handler] | None:
         """The handlers by method for ``path``, or ``None`` when no conversation route matches."""
@@ -272,19 +283,46 @@ class ConversationsAPI:
     async def _ok(send: Send, value: JSON) -> None:
         await send_json(send, 200, orjson.dumps(value))
 
+    def _unseal(self, items: list[JSON], owner: str) -> list[JSON]:
+        """Items with the reasoning state this gateway sealed opened (stored as the back end made it)."""
+        out = items
+        for index, item in enumerate(items):
+            state = _reasoning_state(item)
+            if state is None:
+                continue
+            sealer = self._sealer()
+            if not sealer.is_sealed(state):
+                continue  # an upstream's own encrypted_content: kept as it came
+            param = f"items[{index}].encrypted_content"
+            try:
+                value = sealer.unseal(state, context=owner)
+            except SealError as exc:
+                raise HTTPError(
+                    400, f"Invalid 'encrypted_content': {exc}.", param=param, code="invalid_encrypted_content"
+                ) from None
+            if not isinstance(value, str):
+                raise HTTPError(
+                    400, "Invalid 'encrypted_content'.", param=param, code="invalid_encrypted_content"
+                )
+            if out is items:
+                out = list(items)
+            out[index] = {**item, "encrypted_content": value}
+        return out
+
+    def _show(self, items: list[JSON], include: list[str], owner: str) -> list[JSON]:
+        """Items as they leave: ``status`` filled in, reasoning state sealed when ``include`` asks."""
+        sealer = self._sealer() if ENCRYPTED in include else None
+        return [present(_present_item(item, sealer, owner)) for item in items]
+
     async def _items_to_store(self, store: Store, owner: str, items: list[JSON]) -> list[JSON]:
         """Resolve ``item_reference`` items here so a miss names ``items[i]``, not ``input[i]``."""
+        items = self._unseal(items, owner)
         try:
             resolved = await store.resolve_item_references(owner, items)
         except ItemReferenceNotFound as exc:
             index = exc.param[len("input") :] if exc.param else ""
             raise HTTPError(404, str(exc), param=f"items{index}") from None
         return [present(item) for item in resolved]
-
-    @staticmethod
-    def _page(page: JSON) -> JSON:
-        page["data"] = [present(item) for item in page["data"]]
-        return page
 
     # ------------------------------------------------------------------------------------ routes
     async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -338,7 +376,8 @@ class ConversationsAPI:
             )
         except NotFound as exc:
             raise _not_found(exc) from None
-        await self._ok(send, self._page(page))
+        page["data"] = self._show(page["data"], include, self._owner(scope))
+        await self._ok(send, page)
 
     async def _add_items(self, scope: Scope, receive: Receive, send: Send, cid: str) -> None:
         store = self._need_store()
@@ -355,17 +394,19 @@ class ConversationsAPI:
         except NotFound as exc:
             raise _not_found(exc) from None
         # Stored items keep everything; the answer hides what ``include`` does not ask for.
-        page["data"] = [apply_include(item, include) for item in page["data"]]
-        await self._ok(send, self._page(page))
+        shown = [apply_include(item, include) for item in page["data"]]
+        page["data"] = self._show(shown, include, owner)
+        await self._ok(send, page)
 
     async def _get_item(self, scope: Scope, send: Send, cid: str, item_id: str) -> None:
         store = self._need_store()
         include = _Query(scope).include()
+        owner = self._owner(scope)
         try:
-            item = await store.get_conversation_item(self._owner(scope), cid, item_id, include=include)
+            item = await store.get_conversation_item(owner, cid, item_id, include=include)
         except NotFound as exc:
             raise _not_found(exc) from None
-        await self._ok(send, present(item))
+        await self._ok(send, self._show([item], include, owner)[0])
 
     async def _delete_item(self, scope: Scope, send: Send, cid: str, item_id: str) -> None:
         store = self._need_store()
