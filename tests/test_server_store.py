@@ -838,3 +838,75 @@ def test_keepalives_are_stored_with_the_stream(stored: Callable[..., Gateway], m
         rid = events[0]["response"]["id"]
         replay = decode_sse(h.get(gw.url(f"/v1/responses/{rid}"), params={"stream": "true"}).content)
     assert replay == events
+
+
+def _anthropic_events(*blocks: tuple[JSON, list[JSON]], stop: str) -> bytes:
+    events: list[JSON] = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_up",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-up",
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 9, "output_tokens": 1},
+            },
+        }
+    ]
+    for index, (start, deltas) in enumerate(blocks):
+        events.append({"type": "content_block_start", "index": index, "content_block": start})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    events.append({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 7}})
+    events.append({"type": "message_stop"})
+    return encode_chunks(events, "anthropic")
+
+
+def test_previous_response_id_sends_thinking_and_tool_turns_back_to_anthropic(
+    stored: Callable[..., Gateway], upstream: UpstreamMock
+) -> None:
+    thinking = (
+        {"type": "thinking", "thinking": "", "signature": ""},
+        [
+            {"type": "thinking_delta", "thinking": "Use the tool."},
+            {"type": "signature_delta", "signature": "SIG-7"},
+        ],
+    )
+    tool_use = (
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+        [{"type": "input_json_delta", "partial_json": '{"city": "Paris"}'}],
+    )
+    text = ({"type": "text", "text": ""}, [{"type": "text_delta", "text": "Sunny."}])
+    upstream.reset(
+        [
+            stream_reply(_anthropic_events(thinking, tool_use, stop="tool_use")),
+            stream_reply(_anthropic_events(text, stop="end_turn")),
+        ]
+    )
+    provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant", upstream_model="claude-up")
+    provider.name = "claude"
+    client = sdk(stored([provider]))
+    first = client.responses.create(model="claude", input="weather in Paris?", tools=[WEATHER_TOOL])
+    assert [o.type for o in first.output] == ["reasoning", "function_call"]
+    second = client.responses.create(
+        model="claude",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": "toolu_1", "output": "sunny"}],
+        tools=[WEATHER_TOOL],
+    )
+    assert second.output_text == "Sunny."
+    messages = upstream.requests[-1].json["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "Use the tool.",
+        "signature": "SIG-7",
+    }
+    assert messages[1]["content"][1]["type"] == "tool_use" and messages[1]["content"][1]["id"] == "toolu_1"
+    assert messages[1]["content"][1]["input"] == {"city": "Paris"}
+    assert (
+        messages[2]["content"][0]["type"] == "tool_result"
+        and messages[2]["content"][0]["tool_use_id"] == "toolu_1"
+    )
