@@ -824,14 +824,16 @@ def test_serve_options_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
         store_settings(parser.parse_args(["--store", "mysql://x"]))
 
 
+@pytest.mark.parametrize("background", [False, True])
 @pytest.mark.parametrize("mode", ["in_progress", "ping"])
-def test_keepalives_are_stored_with_the_stream(stored: Callable[..., Gateway], mode: str) -> None:
+def test_keepalives_are_stored_with_the_stream(
+    stored: Callable[..., Gateway], mode: str, background: bool
+) -> None:
     script = [{"message": ["a"]}, {"sleep": 0.4}, {"message": ["b"]}]
     gw = stored([ScriptedProvider(script, name="m")], keepalive=mode, keepalive_interval=0.05)
+    body = {"model": "m", "input": "x", "stream": True, "background": background}
     with http() as h:
-        events = decode_sse(
-            h.post(gw.url("/v1/responses"), json={"model": "m", "input": "x", "stream": True}).content
-        )
+        events = decode_sse(h.post(gw.url("/v1/responses"), json=body).content)
         keepalive = "response.in_progress" if mode == "in_progress" else "ping"
         assert sum(e["type"] == keepalive for e in events) >= 3
         check_stream(events, strict=mode == "in_progress")

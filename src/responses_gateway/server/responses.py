@@ -316,7 +316,15 @@ class ResponsesAPI:
         if request.background:
             recorder.add_nowait(builder.take())
             task = asyncio.get_running_loop().create_task(
-                run_detached(provider, request, builder, recording), name=f"rg-background-{rid}"
+                run_detached(
+                    provider,
+                    request,
+                    builder,
+                    recording,
+                    keepalive=config.keepalive,
+                    keepalive_interval=config.keepalive_interval,
+                ),
+                name=f"rg-background-{rid}",
             )
             self._workers.add(task)
             task.add_done_callback(self._workers.discard)

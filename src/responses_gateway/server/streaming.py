@@ -496,26 +496,84 @@ async def respond_json(
         await _close(agen)
 
 
+class _Beat:
+    """Keepalive events for a run no client is attached to: recorded like the others, so every
+    follower gets them (``in_progress`` or ``ping``; ``comment``/``off`` add nothing to the log)."""
+
+    __slots__ = ("_builder", "_interval", "_loop", "_mode", "_record", "_timer", "last")
+
+    def __init__(
+        self,
+        builder: StreamBuilder,
+        record: Callable[[list[JSON], JSON | None], None],
+        mode: KeepaliveMode,
+        interval: float,
+    ) -> None:
+        self._builder = builder
+        self._record = record
+        self._mode = mode
+        self._interval = interval
+        self._loop = asyncio.get_running_loop()
+        self.last = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        if mode in ("in_progress", "ping"):
+            self._timer = self._loop.call_at(self.last + interval, self._fire)
+
+    def _fire(self) -> None:
+        now = self._loop.time()
+        due = self.last + self._interval
+        if now < due:
+            self._timer = self._loop.call_at(due, self._fire)
+            return
+        builder = self._builder
+        if builder.finished:
+            self._timer = None
+            return
+        builder.keepalive("ping" if self._mode == "ping" else "in_progress")
+        # Events the provider emitted but has not yielded yet go first, keeping sequence order.
+        self._record(builder.take(), None)
+        self.last = now
+        self._timer = self._loop.call_at(now + self._interval, self._fire)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 async def run_detached(
-    provider: Provider, request: ResponseRequest, builder: StreamBuilder, recording: Recording
+    provider: Provider,
+    request: ResponseRequest,
+    builder: StreamBuilder,
+    recording: Recording,
+    *,
+    keepalive: KeepaliveMode = "off",
+    keepalive_interval: float = 10.0,
 ) -> None:
     """Run a background response to its end, feeding only the store (no client is attached).
 
     A failure before the first yield fails the response like one after it. Cancel or delete (the
     store's stop signal) closes the provider at once, which aborts its upstream request; so does
-    cancelling this task (shutdown).
+    cancelling this task (shutdown). While the provider is silent, keepalive events are recorded
+    every ``keepalive_interval`` seconds, so followers see them as a foreground client would.
     """
     watch = ClientWatch(None, recording.stop)
     record = recording.add
     agen: AsyncIterator[None] | None = None
     name = type(provider).__name__
+    beat: _Beat | None = None
     try:
         try:
             builder.mark_in_progress()
             record(builder.take(), None)
+            beat = _Beat(builder, record, keepalive, keepalive_interval)
+            loop = asyncio.get_running_loop()
             agen = provider.stream(request, builder)
             async for _ in agen:
-                record(builder.take(), None)
+                events = builder.take()
+                if events:
+                    record(events, None)
+                    beat.last = loop.time()
         except ProviderError as exc:
             log.warning("provider %s failed in a background response: %s", name, exc.code)
             _fail(builder, exc.code or "server_error", exc.message, exc.param)
@@ -529,12 +587,16 @@ async def run_detached(
                 log.error("provider %s returned without finishing the response", name)
                 _fail(builder, "server_error", UNFINISHED)
         watch.close()
+        if beat is not None:
+            beat.stop()
         record(builder.take(), None)
         await _settle(recording)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
+        if beat is not None:
+            beat.stop()
         if agen is not None:
             await _close(agen)
             agen = None
@@ -542,6 +604,8 @@ async def run_detached(
         await stop_run(builder, recording, watch.reason or "shutdown")
     finally:
         watch.close()
+        if beat is not None:
+            beat.stop()
         if agen is not None:
             await _close(agen)
 
