@@ -912,3 +912,45 @@ def test_previous_response_id_sends_thinking_and_tool_turns_back_to_anthropic(
         messages[2]["content"][0]["type"] == "tool_result"
         and messages[2]["content"][0]["tool_use_id"] == "toolu_1"
     )
+
+
+def test_deleting_a_running_non_streamed_response(
+    stored: Callable[..., Gateway], upstream: UpstreamMock
+) -> None:
+    body, stall = _slow_chat_reply(["Hel", "lo"])
+    upstream.reset([stream_reply(body, stall_after=stall)])
+    provider = OpenAIChatProvider(base_url=upstream.url + "/v1", upstream_model="up")
+    provider.name = "chat"
+    gw = stored([provider])
+    answers: list[httpx.Response] = []
+    creator = threading.Thread(
+        target=lambda: answers.append(
+            http().post(gw.url("/v1/responses"), json={"model": "chat", "input": "hi"})
+        ),
+        daemon=True,
+    )
+    creator.start()
+    wait_for(lambda: bool(upstream.requests))
+    url = gw.app.config.store_url or ""
+    assert gw.app.store is not None
+    instance = gw.app.store.instance_id
+
+    async def running_id() -> str:
+        store = await open_store(url)
+        try:
+            async with store.db.transaction() as tx:
+                rows = await tx.fetch(
+                    "SELECT id FROM rg_responses WHERE status = 'in_progress' AND instance_id = ?", instance
+                )
+        finally:
+            await store.close()
+        assert len(rows) == 1
+        return str(rows[0][0])
+
+    rid = run(running_id())
+    with http() as h:
+        assert h.delete(gw.url(f"/v1/responses/{rid}")).status_code == 200
+    assert upstream.wait_disconnect(5)
+    creator.join(10)
+    assert answers and answers[0].status_code == 409
+    assert answers[0].json()["error"]["code"] == "response_deleted"
