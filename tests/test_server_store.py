@@ -954,3 +954,36 @@ def test_deleting_a_running_non_streamed_response(
     creator.join(10)
     assert answers and answers[0].status_code == 409
     assert answers[0].json()["error"]["code"] == "response_deleted"
+
+
+def test_resume_on_another_instance_through_redis(tmp_path: Path) -> None:
+    url, redis_url = _pg_database(), require("redis")
+    config: Any = {"store_url": url, "redis_url": redis_url, "data_dir": str(tmp_path / "data")}
+    words = [f"w{i} " for i in range(40)]
+    a = start_gateway([ScriptedProvider([{"message": words, "delay": 0.03}], name="m")], **config)
+    b = start_gateway([ScriptedProvider([{"message": "unused"}], name="m")], **config)
+    try:
+        creator = Follower(
+            a.url("/v1/responses"),
+            method="POST",
+            body={"model": "m", "input": "go", "stream": True, "background": True},
+        )
+        creator.start()
+        wait_for(lambda: sum(e["type"] == "response.output_text.delta" for e in creator.events) >= 5)
+        first = list(creator.events)
+        rid, last = first[0]["response"]["id"], first[-1]["sequence_number"]
+        with http() as h:
+            rest = decode_sse(
+                h.get(
+                    b.url(f"/v1/responses/{rid}"), params={"stream": "true", "starting_after": last}
+                ).content
+            )
+        joined = first + rest
+        check_stream(joined)
+        assert [e["sequence_number"] for e in joined] == list(range(len(joined)))
+        assert joined[-1]["response"]["output"][0]["content"][0]["text"] == "".join(words)
+        creator.join(10)
+        assert creator.events == joined
+    finally:
+        a.stop()
+        b.stop()
