@@ -802,13 +802,13 @@ def test_serve_options_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("HOME", str(tmp_path))
     home_default = tmp_path / ".local" / "share" / "responses-gateway"
     assert store_settings(parser.parse_args([])) == (
-        f"sqlite:///{home_default / 'gateway.db'}",
+        f"sqlite://{home_default / 'gateway.db'}",
         None,
         str(home_default),
     )
     data = tmp_path / "d"
     assert (
-        store_settings(parser.parse_args(["--data-dir", str(data)]))[0] == f"sqlite:///{data / 'gateway.db'}"
+        store_settings(parser.parse_args(["--data-dir", str(data)]))[0] == f"sqlite://{data / 'gateway.db'}"
     )
     monkeypatch.setenv("RG_DATA_DIR", str(data))
     monkeypatch.setenv("RG_STORE_URL", "postgresql://u@db/x")

@@ -49,8 +49,8 @@ __all__ = [
 
 
 def default_store_url(data_dir: str | Path) -> str:
-    """The embedded default: ``sqlite:///<data_dir>/gateway.db``."""
-    return f"sqlite:///{Path(data_dir).resolve() / 'gateway.db'}"
+    """The embedded default: ``sqlite:///abs/data_dir/gateway.db`` (``sqlite://`` + the absolute path)."""
+    return f"sqlite://{Path(data_dir).resolve() / 'gateway.db'}"
 
 
 def database_for_url(url: str) -> Database:
