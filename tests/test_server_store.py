@@ -987,3 +987,38 @@ def test_resume_on_another_instance_through_redis(tmp_path: Path) -> None:
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_failure_mid_stream_is_stored_as_failed(stored: Callable[..., Gateway]) -> None:
+    script = [
+        {"message": ["par", "tial"]},
+        {"error": {"status": 503, "message": "upstream broke", "code": "server_is_overloaded"}},
+    ]
+    gw = stored([ScriptedProvider(script, name="m")])
+    with http() as h:
+        events = decode_sse(
+            h.post(gw.url("/v1/responses"), json={"model": "m", "input": "x", "stream": True}).content
+        )
+        check_stream(events)
+        assert events[-1]["type"] == "response.failed"
+        rid = events[0]["response"]["id"]
+        stored_response = h.get(gw.url(f"/v1/responses/{rid}")).json()
+        assert stored_response["status"] == "failed"
+        assert stored_response["error"] == events[-1]["response"]["error"]
+        assert stored_response["output"] == events[-1]["response"]["output"]
+        assert decode_sse(h.get(gw.url(f"/v1/responses/{rid}"), params={"stream": "true"}).content) == events
+        # Not streamed: the HTTP error, and the same failed response kept.
+        answer = h.post(gw.url("/v1/responses"), json={"model": "m", "input": "x"})
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "server_is_overloaded"
+    assert gw.app.store is not None
+    assert run(_statuses(gw.app.config.store_url or "", gw.app.store.instance_id)) == ["failed", "failed"]
+
+
+async def _statuses(url: str, instance: str) -> list[str]:
+    store = await open_store(url)
+    try:
+        async with store.db.transaction() as tx:
+            rows = await tx.fetch("SELECT status FROM rg_responses WHERE instance_id = ?", instance)
+    finally:
+        await store.close()
+    return [str(status) for (status,) in rows]
