@@ -1022,3 +1022,37 @@ async def _statuses(url: str, instance: str) -> list[str]:
     finally:
         await store.close()
     return [str(status) for (status,) in rows]
+
+
+def test_the_end_of_a_response_survives_a_database_hiccup(tmp_path: Path) -> None:
+    from responses_gateway.protocol.builder import StreamBuilder
+    from responses_gateway.protocol.response import new_response
+
+    async def scenario() -> str:
+        store = await open_store(f"sqlite://{tmp_path}/gw.db")
+        try:
+            builder = StreamBuilder(new_response("m"))
+            builder.start()
+            await store.create_response("o", builder.snapshot(), request={}, input_items=[user("x")])
+            recorder = store.recorder(builder.response["id"])
+            recorder.add_nowait(builder.take())
+            real = store._write_events
+            failures = [1]
+
+            async def flaky(response_id: str, events: list[JSON], final: JSON | None) -> bool:
+                if failures and any(e["type"] == "response.completed" for e in events):
+                    failures.pop()
+                    raise OSError("database went away for a moment")
+                return await real(response_id, events, final)
+
+            store._write_events = flaky  # type: ignore[method-assign]
+            builder.message("hi")
+            builder.complete()
+            await recorder.add(builder.take())
+            assert not failures
+            got = await store.get_response("o", builder.response["id"])
+            return str(got["status"])
+        finally:
+            await store.close()
+
+    assert run(scenario()) == "completed"

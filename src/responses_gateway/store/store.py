@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -35,6 +36,8 @@ from .live import LiveLog, LocalLiveLog
 from .schema import migrate
 
 __all__ = ["RUNNING", "TERMINAL", "TERMINAL_EVENTS", "EventRecorder", "Store"]
+
+log = logging.getLogger("responses_gateway.store")
 
 JSON = dict[str, Any]
 
@@ -908,11 +911,25 @@ class EventRecorder:
         if self._timer is not None and self._timer is not asyncio.current_task():
             self._timer.cancel()
             self._timer = None
-        async with self._lock:
-            events, self._pending = self._pending, []
-            await self.store._write_events(self.response_id, events, final)
-        self._done = True
-        if last:
-            await self.store.live.publish(self.response_id, last)
-        await self.store.live.end(self.response_id)
-        self.store._cancel.pop(self.response_id, None)
+        try:
+            async with self._lock:
+                events, self._pending = self._pending, []
+                # The end is one transaction, so a failed attempt left nothing and is simply retried:
+                # a database hiccup must not leave the response "in_progress" for good.
+                for delay in (0.1, 0.5, 2.0, None):
+                    try:
+                        await self.store._write_events(self.response_id, events, final)
+                        break
+                    except Exception:
+                        if delay is None:
+                            log.exception("writing the end of response %s failed", self.response_id)
+                            raise
+                        await asyncio.sleep(delay)
+            self._done = True
+        finally:
+            try:
+                if last:
+                    await self.store.live.publish(self.response_id, last)
+                await self.store.live.end(self.response_id)
+            finally:
+                self.store._cancel.pop(self.response_id, None)
