@@ -211,18 +211,27 @@ def test_sigkill_mid_stream_then_restart(
     assert replay_resp.status_code == 200, replay_resp.text
     decoder = EventStreamDecoder()
     replay = decoder.feed(replay_resp.content) + decoder.flush()
-    *prefix, error, failed = replay
+    *body, error, failed = replay
+    # Recovery closes what the crash left open (incomplete), as a live failure does: the whole replay
+    # is a valid stream.
+    check_stream(replay, strict=False)
+    closing = 0
+    while body[-1 - closing]["type"].endswith(".done"):
+        closing += 1
+    prefix = body[: len(body) - closing]
+    assert closing >= 1 and body[-1]["type"] == "response.output_item.done"
+    assert body[-1]["item"]["status"] == "incomplete"
     # The events written before the crash: a contiguous prefix, identical to what the client was sent
     # where the two overlap, and a valid start of a stream.
-    assert [e["sequence_number"] for e in prefix] == list(range(len(prefix)))
+    assert [e["sequence_number"] for e in body] == list(range(len(body)))
     overlap = min(len(prefix), len(seen))
     assert prefix[:overlap] == seen[:overlap]
     assert sum(e["type"] == DELTA for e in prefix) >= 10, [e["type"] for e in prefix]
     assert _prefix_violations(prefix) == []
     # Then the end recovery wrote for it.
-    assert error["type"] == "error" and error["sequence_number"] == len(prefix)
+    assert error["type"] == "error" and error["sequence_number"] == len(body)
     assert error["code"] == "server_error"
-    assert failed["type"] == "response.failed" and failed["sequence_number"] == len(prefix) + 1
+    assert failed["type"] == "response.failed" and failed["sequence_number"] == len(body) + 1
     assert failed["response"]["status"] == "failed"
     assert failed["response"]["id"] == response_id
 

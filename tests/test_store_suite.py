@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from conftest import check_stream
 from responses_gateway.protocol.builder import StreamBuilder
 from responses_gateway.protocol.response import new_response
 from responses_gateway.store import (
@@ -462,13 +463,18 @@ def test_crash_recovery_fails_a_dead_instances_response(store_url: str) -> None:
             response = await store.get_response(OWNER, rid)
             assert response["status"] == "failed"
             assert response["error"]["code"] == "server_error"
-            assert [o["content"][0]["text"] for o in response["output"]] == ["first item"]
+            # The item that was streaming is closed as a live failure closes it: incomplete, with the
+            # text streamed before the crash.
+            output = response["output"]
+            assert [o["content"][0]["text"] for o in output] == ["first item", "half"]
+            assert [o["status"] for o in output] == ["completed", "incomplete"]
             events = await collect(store.stream_events(OWNER, rid))
             types = [e["type"] for e in events]
             assert types[:2] == ["response.created", "response.in_progress"]
             assert types[-2:] == ["error", "response.failed"]
             assert "response.output_text.delta" in types
             assert [e["sequence_number"] for e in events] == list(range(len(events)))
+            check_stream(events)
 
     run(main())
 

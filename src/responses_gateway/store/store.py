@@ -33,6 +33,7 @@ from .errors import (
     ResponseNotFound,
 )
 from .live import LiveLog, LocalLiveLog
+from .recovery import close_open_items
 from .schema import migrate
 
 __all__ = ["RUNNING", "TERMINAL", "TERMINAL_EVENTS", "EventRecorder", "Store"]
@@ -243,23 +244,21 @@ class Store:
             if row is None or row[0] not in RUNNING or row[1] in alive:
                 return False
             response: JSON = orjson.loads(row[2])
-            events = await tx.fetch(
+            rows = await tx.fetch(
                 "SELECT seq, event FROM rg_events WHERE response_id = ? ORDER BY seq", response_id
             )
-            output: list[JSON] = []
-            last = -1
-            for seq, text in events:
-                last = int(seq)
-                if '"response.output_item.done"' in text:
-                    event = orjson.loads(text)
-                    if event.get("type") == "response.output_item.done":
-                        output.append(event["item"])
+            stored = [orjson.loads(text) for _seq, text in rows]
+            last = int(rows[-1][0]) if rows else -1
+            # What the crash left open is closed (incomplete) first, as a live failure would do.
+            closing, output = close_open_items(stored, last + 1)
             response.update(
                 status="failed",
                 error={"code": "server_error", "message": _CRASH_MESSAGE},
                 output=output,
             )
+            last += len(closing)
             tail = [
+                *closing,
                 {
                     "type": "error",
                     "sequence_number": last + 1,
