@@ -328,3 +328,40 @@ def test_cancel_on_b_stops_the_response_running_on_a(tmp_path: Path, processes: 
     decoder = EventStreamDecoder()
     stored = decoder.feed(replay.content) + decoder.flush()
     assert len(stored) <= len(events) + 2
+
+
+# ------------------------------------------------------------------------------------ SIGTERM
+def test_sigterm_with_an_open_stream_ends_it_and_exits(
+    tmp_path: Path, processes: list[GatewayProcess]
+) -> None:
+    """A graceful stop does not wait forever for a long stream: after --shutdown-timeout the stream is
+    ended, the process exits, and the response is stored as failed (never left in_progress)."""
+    store = f"sqlite://{tmp_path}/data/gateway.db"
+    script = _slow_script(tmp_path / "slow.yaml", deltas=2000, delay=0.05)
+    args = ("--script", str(script), "--store", store, "--data-dir", str(tmp_path / "data"))
+    gw = GatewayProcess(tmp_path, "term", *args, "--shutdown-timeout", "1")
+    processes.append(gw)
+    body = {"model": "slow", "input": "tell me", "stream": True}
+    with httpx.Client(timeout=30) as http, http.stream("POST", gw.url("/v1/responses"), json=body) as resp:
+        reader = EventReader(resp)
+        seen = reader.until(lambda e, events: sum(x["type"] == DELTA for x in events) >= 3)
+        response_id = seen[0]["response"]["id"]
+        stopped_at = time.monotonic()
+        gw.proc.terminate()
+        seen += reader.rest()
+    gw.proc.wait(timeout=20)
+    assert time.monotonic() - stopped_at < 10, "the gateway waited for the stream instead of ending it"
+    # The client was told, in the stream itself, and the stream is well formed up to its end.
+    check_stream(seen, strict=False)
+    assert seen[-1]["type"] == "response.failed"
+    assert seen[-1]["response"]["error"]["code"] == "server_error"
+
+    again = GatewayProcess(tmp_path, "again", *args)
+    processes.append(again)
+    snapshot = httpx.get(again.url(f"/v1/responses/{response_id}"), timeout=10).json()
+    assert snapshot["status"] in ("failed", "cancelled"), snapshot["status"]
+    replay = httpx.get(again.url(f"/v1/responses/{response_id}"), params={"stream": "true"}, timeout=30)
+    decoder = EventStreamDecoder()
+    events = decoder.feed(replay.content) + decoder.flush()
+    check_stream(events, strict=False)
+    assert events[-1]["type"] == "response.failed"

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+import socket
 import sys
+
+import uvicorn
 
 from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
 from .app import GatewayApp
 from .config import DEFAULT_MAX_BODY_BYTES, ServerConfig
 from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_from_config
+from .streaming import stop_all_runs
 
 __all__ = ["add_serve_arguments", "build_app", "serve"]
 
@@ -111,6 +116,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
     parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long open streams may run before they are ended (default 10); "
+        "stored responses still running then are recorded as failed",
+    )
 
 
 def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -182,8 +195,6 @@ def _describe_store(url: str | None) -> str:
 
 def serve(args: argparse.Namespace) -> int:
     """Run the gateway until interrupted; the exit status."""
-    import uvicorn
-
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -219,8 +230,36 @@ def serve(args: argparse.Namespace) -> int:
         lifespan="on",
         access_log=args.access_log,
         log_level=args.log_level,
+        timeout_graceful_shutdown=args.shutdown_timeout,
     )
-    server = uvicorn.Server(config)
+    server = GatewayServer(config, args.shutdown_timeout)
     raise_open_files_limit()  # one socket per stream each side; the upstream pool is unlimited
     server.run()
     return 0 if server.started else 1
+
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, ending open streams properly when the graceful-shutdown time runs out.
+
+    uvicorn waits ``timeout_graceful_shutdown`` for requests to finish and then cancels them, which
+    would cut a stream mid-frame. Shortly before that, every run still going is stopped instead: its
+    stream ends with ``error`` + ``response.failed`` (``server_error``) and a stored response says so.
+    """
+
+    def __init__(self, config: uvicorn.Config, grace: float) -> None:
+        super().__init__(config)
+        self._grace = grace
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        timer = asyncio.get_running_loop().call_later(max(0.0, self._grace * 0.8), _stop_runs)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            timer.cancel()
+
+
+def _stop_runs() -> None:
+    stopped = stop_all_runs("shutdown")
+    if stopped:
+        log.info("shutting down: ended %d response(s) still running", stopped)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ __all__ = [
     "respond_json",
     "respond_stream",
     "run_detached",
+    "stop_all_runs",
     "stop_run",
 ]
 
@@ -66,11 +68,12 @@ class ClientWatch:
     came first; ``None`` means the task was cancelled by something else (shutdown).
     """
 
-    __slots__ = ("_task", "_watchers", "closed", "reason")
+    __slots__ = ("__weakref__", "_task", "_watchers", "closed", "reason")
 
     def __init__(self, receive: Receive | None, stop: asyncio.Event | None = None) -> None:
         self.reason: str | None = None
         self.closed = False
+        _WATCHES.add(self)
         task = asyncio.current_task()
         assert task is not None
         self._task = task
@@ -106,8 +109,21 @@ class ClientWatch:
     def close(self) -> None:
         """Stop watching (idempotent)."""
         self.closed = True
+        _WATCHES.discard(self)
         for watcher in self._watchers:
             watcher.cancel()
+
+
+# Every run still going (foreground streams and background workers), for a graceful shutdown.
+_WATCHES: weakref.WeakSet[ClientWatch] = weakref.WeakSet()
+
+
+def stop_all_runs(reason: str = "shutdown") -> int:
+    """End every run still going with ``reason`` (each stream gets its terminal event); how many."""
+    watches = list(_WATCHES)
+    for watch in watches:
+        watch.stop(reason)
+    return len(watches)
 
 
 @dataclass(slots=True)
