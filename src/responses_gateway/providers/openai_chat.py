@@ -480,7 +480,7 @@ class ChatTranslator:
             self.usage = x_groq["usage"]
         error = chunk.get("error")
         if error is not None and self.error is None:
-            self.error = from_error_payload({"error": error})
+            self.error = _stream_error(error)
             return
         choices = chunk.get("choices")
         if not isinstance(choices, list):
@@ -742,6 +742,22 @@ class ChatTranslator:
         self._close_reasoning()
         self.b.fail(exc.code or "server_error", exc.message)
         self.dirty = True
+
+
+# HTTP statuses OpenRouter puts in a mid-stream error's ``code`` that say more than "server error".
+_STATUS_CODES = frozenset({402, 429, 503, 529})
+
+
+def _stream_error(error: Any) -> ProviderError:
+    """The ProviderError for an ``error`` inside a 200 stream.
+
+    OpenRouter sends the HTTP status it would have answered as a number in ``code`` (402 out of credits,
+    429 rate limited, 503 no provider available); those are classified as that status would be.
+    """
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, int) and not isinstance(code, bool) and code in _STATUS_CODES:
+        return from_http(code, {}, {"error": {**error, "code": None}})
+    return from_error_payload({"error": error})
 
 
 def completion_chunks(body: Any) -> list[JSON]:
