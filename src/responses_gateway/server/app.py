@@ -53,6 +53,8 @@ class GatewayApp:
             "/v1/responses": {"POST": self.responses.create},
             "/v1/models": {"GET": self._list_models},
             "/health": {"GET": self._health},
+            # Not a response id: the compaction endpoint, which this gateway does not serve.
+            "/v1/responses/compact": {"POST": self._compact},
         }
         # Path-prefix routers tried in order when no exact route matches: path -> methods, or None.
         self.conversations = ConversationsAPI(
@@ -91,6 +93,8 @@ class GatewayApp:
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await self._refuse_websocket(scope, receive, send)
 
     # ------------------------------------------------------------------------------------ plumbing
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -152,6 +156,32 @@ class GatewayApp:
                 await send_error(
                     send, HTTPError(500, GENERIC_FAILURE, type="server_error", code="server_error")
                 )
+
+    async def _refuse_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """WebSocket mode (Codex, Open Responses) is not served: a 400 in OpenAI's shape, not a bare 500."""
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if "websocket.http.response" not in (scope.get("extensions") or {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        err = HTTPError(
+            400,
+            f"WebSocket connections are not supported on {scope['path']}: POST /v1/responses with "
+            '"stream": true for Server-Sent Events.',
+            code="unsupported_websocket",
+        )
+        body = err.body()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "websocket.http.response.start", "status": err.status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body, "more_body": False})
+
+    async def _compact(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise HTTPError(
+            404,
+            "POST /v1/responses/compact (response compaction) is not supported by this gateway; "
+            "send the conversation in 'input' instead.",
+            code="unsupported_endpoint",
+        )
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.config.max_body_bytes
