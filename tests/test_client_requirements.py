@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -18,10 +18,16 @@ import orjson
 import pytest
 
 from conftest import Gateway, check_stream, stream_events
+from responses_gateway.providers.anthropic import AnthropicProvider
+from responses_gateway.providers.gemini import GeminiProvider
 from responses_gateway.providers.scripted import ScriptedProvider
 from test_server_request import CODEX_BODY
+from upstream_mock import UpstreamMock, fixture_reply
 
 Factory = Callable[..., Gateway]
+
+ANTHROPIC_PLAIN = "anthropic-messages__plain-text-with-ping-sonnet-4.5__vercel-ai.chunks.jsonl"
+GEMINI_PLAIN = "gemini__stream-plain-text-gemini-2.0-flash__pydantic-pydantic-ai.sse"
 
 # Codex's own tool list without the hosted tools a scripted back end cannot run (refused below).
 CODEX_TOOLS = [t for t in CODEX_BODY["tools"] if t["type"] in ("function", "custom")]
@@ -355,3 +361,40 @@ def test_websocket_mode_is_refused_clearly(gateway: Factory) -> None:
     error = orjson.loads(body)["error"]
     assert error["code"] == "unsupported_websocket"
     assert "stream" in error["message"]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamMock]:
+    with UpstreamMock() as mock:
+        yield mock
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "gemini"])
+def test_codex_cached_web_search_is_refused_by_live_only_back_ends(
+    gateway: Factory, upstream: UpstreamMock, vendor: str
+) -> None:
+    provider: Any
+    if vendor == "anthropic":
+        provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant", upstream_model="claude-x")
+        reply = fixture_reply(ANTHROPIC_PLAIN)
+    else:
+        provider = GeminiProvider(base_url=upstream.url, api_key="AIzaTESTKEY0123456789")
+        reply = fixture_reply(GEMINI_PLAIN)
+    provider.name = "m"
+    gw = gateway([provider])
+    upstream.reset()
+    tools = [CODEX_TOOLS[0], {"type": "web_search", "external_web_access": False}]
+    body = {**CODEX_BODY, "input": [CODEX_BODY["input"][1]], "tools": tools}
+    answer = httpx.post(gw.url("/v1/responses"), json=body, timeout=30)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "tools[1].external_web_access"
+    assert "external_web_access" in error["message"]
+    assert upstream.requests == []
+    # Live search (Codex's web_search = "live") is what these back ends do.
+    upstream.reset([reply])
+    tools[1] = {"type": "web_search", "external_web_access": True}
+    events = stream_events(gw.url("/v1/responses"), body)
+    assert events[-1]["type"] == "response.completed"
+    sent = orjson.dumps(upstream.requests[0].json)
+    assert b"web_search_20250305" in sent or b"googleSearch" in sent

@@ -278,6 +278,11 @@ def test_unsupported_things_are_rejected() -> None:
     with pytest.raises(ProviderError) as info:
         provider.check_request(parse_request({"model": "g", "input": [image]}))
     assert info.value.param == "input[0].content[0].file_id"
+    # Google Search grounding has no domain filter: refused rather than searching everywhere.
+    search = {"type": "web_search", "filters": {"allowed_domains": ["example.com"]}}
+    with pytest.raises(ProviderError) as info:
+        provider.check_request(parse_request({"model": "g", "input": "x", "tools": [search]}))
+    assert info.value.param == "tools[0].filters.allowed_domains"
 
 
 def test_model_path_and_no_key_in_url(upstream: UpstreamMock) -> None:

@@ -997,6 +997,13 @@ class AnthropicProvider(Provider):
                     f"Tool type '{tool.get('type')}' is not supported by the Anthropic back end.",
                     f"tools[{i}].type",
                 )
+            if tool["type"] in WEB_SEARCH_TOOLS and tool.get("external_web_access") is False:
+                # Codex's cached-only search; this back end only searches the live web.
+                raise _unsupported(
+                    "Web search without live access ('external_web_access': false) is not available "
+                    "from the Anthropic back end; send true or leave it out.",
+                    f"tools[{i}].external_web_access",
+                )
         choice = request.tool_choice
         if isinstance(choice, dict) and choice.get("type") not in (
             "function",

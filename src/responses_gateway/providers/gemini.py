@@ -705,6 +705,19 @@ class GeminiProvider(Provider):
                     f"Tool type '{tool.get('type')}' is not supported by the Gemini back end.",
                     f"tools[{i}].type",
                 )
+            if tool["type"] in WEB_SEARCH_TOOLS and tool.get("external_web_access") is False:
+                # Codex's cached-only search; this back end only searches the live web.
+                raise _unsupported(
+                    "Web search without live access ('external_web_access': false) is not available "
+                    "from the Gemini back end; send true or leave it out.",
+                    f"tools[{i}].external_web_access",
+                )
+            filters = tool.get("filters") if tool["type"] in WEB_SEARCH_TOOLS else None
+            if isinstance(filters, dict) and filters.get("allowed_domains"):
+                raise _unsupported(
+                    "Google Search grounding cannot be limited to allowed domains.",
+                    f"tools[{i}].filters.allowed_domains",
+                )
         choice = request.tool_choice
         if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
             raise _unsupported(
