@@ -1,0 +1,144 @@
+"""Regression tests for pitfalls of provider-mapping.md §5 not covered by a provider's own pitfall file.
+
+Pitfall 16 (tool calls streamed as text by non-harmony models behind vLLM) and the parts of pitfall 17
+(Ollama's responses.go: summary deltas without ``summary_part.added``, token details hard-coded to 0)
+that the Chat Completions translation could repeat. Each stream comes from a mock upstream over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from responses_gateway.protocol.checker import check
+from responses_gateway.providers.openai_chat import OpenAIChatProvider
+from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
+from upstream_mock import UpstreamMock, drive, encode_chunks, fixture_reply, stream_reply
+
+JSON = dict[str, Any]
+DEEPSEEK_RESPONSES = (
+    "openai-responses__deepseek-responses-endpoint-reasoning-text-then-function-call"
+    "__pydantic-pydantic-ai.sse"
+)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamMock]:
+    with UpstreamMock() as mock:
+        yield mock
+
+
+def chunk(delta: JSON, finish: str | None = None, **extra: Any) -> JSON:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "Qwen/Qwen3-8B",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        **extra,
+    }
+
+
+def vllm_stream() -> list[JSON]:
+    """What vLLM's chat endpoint sends for Qwen3 (hermes tool parser, ``reasoning`` field)."""
+    call = {"id": "chatcmpl-tool-9f", "type": "function", "index": 0,
+            "function": {"name": "get_weather", "arguments": ""}}  # fmt: skip
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"reasoning": "The user wants "}),
+        chunk({"reasoning": "the weather."}),
+        chunk({"tool_calls": [call]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        chunk({"content": ""}, "tool_calls"),
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "Qwen/Qwen3-8B",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 40,
+                "completion_tokens": 30,
+                "total_tokens": 70,
+                "prompt_tokens_details": {"cached_tokens": 32},
+                "completion_tokens_details": {"reasoning_tokens": 12},
+            },
+        },
+    ]
+
+
+def run_chat(upstream: UpstreamMock, chunks: list[JSON]) -> list[JSON]:
+    upstream.reset([stream_reply(encode_chunks(chunks, "openai-chat"), split=True, seed=16)])
+    provider = OpenAIChatProvider(base_url=upstream.url + "/v1", upstream_model="Qwen/Qwen3-8B")
+    body = {
+        "model": "m",
+        "input": "Weather in Paris?",
+        "tools": [{"type": "function", "name": "get_weather"}],
+    }
+    events = asyncio.run(drive(provider, body))
+    assert check(events) == []
+    return events
+
+
+def test_pitfall_16_vllm_tool_calls_are_calls_not_text(upstream: UpstreamMock) -> None:
+    """Pitfall 16: a vLLM model's tool call is a function_call item with argument deltas, never text."""
+    events = run_chat(upstream, vllm_stream())
+    types = [e["type"] for e in events]
+    output = events[-1]["response"]["output"]
+    # The empty content around the call makes no message item.
+    assert [o["type"] for o in output] == ["reasoning", "function_call"]
+    assert "response.output_text.delta" not in types
+    call = output[1]
+    assert (call["call_id"], call["name"], call["arguments"]) == (
+        "chatcmpl-tool-9f",
+        "get_weather",
+        '{"city": "Paris"}',
+    )
+    deltas = [e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"]
+    assert "".join(deltas) == '{"city": "Paris"}'
+    assert events[-1]["response"]["status"] == "completed"
+
+
+def test_pitfall_16_responses_server_calls_relay_as_calls(upstream: UpstreamMock) -> None:
+    """Pitfall 16 through the passthrough: a non-OpenAI Responses server's function_call stays a call."""
+    upstream.reset([fixture_reply(DEEPSEEK_RESPONSES, split=True, seed=16)])
+    provider = OpenAIResponsesProvider(base_url=upstream.url + "/v1", upstream_model="deepseek")
+    events = asyncio.run(drive(provider, {"model": "m", "input": "hi"}))
+    assert check(events) == []
+    output = events[-1]["response"]["output"]
+    assert [o["type"] for o in output] == ["reasoning", "function_call"]
+    assert "response.output_text.delta" not in [e["type"] for e in events]
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta")
+    assert deltas == output[1]["arguments"] and output[1]["arguments"]
+
+
+def test_pitfall_17_summary_part_opened_before_its_deltas(upstream: UpstreamMock) -> None:
+    """Pitfall 17 (Ollama): every reasoning summary delta follows the summary_part.added it belongs to."""
+    events = run_chat(upstream, vllm_stream())
+    opened: set[tuple[str, int]] = set()
+    deltas = 0
+    for event in events:
+        if event["type"] == "response.reasoning_summary_part.added":
+            opened.add((event["item_id"], event["summary_index"]))
+        elif event["type"] == "response.reasoning_summary_text.delta":
+            assert (event["item_id"], event["summary_index"]) in opened
+            deltas += 1
+    assert deltas == 2
+    reasoning = events[-1]["response"]["output"][0]
+    assert reasoning["summary"] == [{"type": "summary_text", "text": "The user wants the weather."}]
+
+
+def test_pitfall_17_cached_and_reasoning_tokens_are_reported_not_zero(upstream: UpstreamMock) -> None:
+    """Pitfall 17 (Ollama): cached and reasoning token counts come from the upstream, not a constant 0."""
+    usage = run_chat(upstream, vllm_stream())[-1]["response"]["usage"]
+    assert usage == {
+        "input_tokens": 40,
+        "input_tokens_details": {"cached_tokens": 32, "cache_write_tokens": 0},
+        "output_tokens": 30,
+        "output_tokens_details": {"reasoning_tokens": 12},
+        "total_tokens": 70,
+    }
