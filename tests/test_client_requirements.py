@@ -33,7 +33,13 @@ GEMINI_PLAIN = "gemini__stream-plain-text-gemini-2.0-flash__pydantic-pydantic-ai
 CODEX_TOOLS = [t for t in CODEX_BODY["tools"] if t["type"] in ("function", "custom")]
 
 CODEX_TURN: list[dict[str, Any]] = [
-    {"reasoning": {"summary": [["Look ", "around."]], "encrypted_content": "opaque-state"}},
+    {
+        "reasoning": {
+            "summary": [["Look ", "around."]],
+            "text": ["raw ", "thought"],
+            "encrypted_content": "opaque-state",
+        }
+    },
     {"message": ["Listing ", "files."]},
     {"function_call": {"name": "shell", "arguments": ['{"cmd":', '["ls"]}'], "call_id": "call_a"}},
     {"custom_tool_call": {"name": "apply_patch", "input": ["*** Begin Patch\n", "*** End Patch"]}},
@@ -62,6 +68,7 @@ def _codex_read(events: list[dict[str, Any]]) -> dict[str, Any]:
     active: dict[str, str] = {}
     history: list[dict[str, Any]] = []
     completed: dict[str, Any] | None = None
+    raw_deltas = 0
     for event in events:
         kind = event["type"]
         assert completed is None, "Codex stops reading after response.completed"
@@ -95,20 +102,35 @@ def _codex_read(events: list[dict[str, Any]]) -> dict[str, Any]:
             assert active.get(event["item_id"]) == "reasoning"
         elif kind == "response.reasoning_text.delta":
             assert isinstance(event["content_index"], int)
+            assert active.get(event["item_id"]) == "reasoning"
+            raw_deltas += 1
         elif kind == "response.completed":
             completed = event["response"]
     assert completed is not None, "stream closed before response.completed"
     assert isinstance(completed["id"], str)
-    return {"history": history, "completed": completed}
+    return {"history": history, "completed": completed, "raw_deltas": raw_deltas}
 
 
 # ------------------------------------------------------------------------------------------- Codex
 def test_codex_turn_on_the_wire(gateway: Factory) -> None:
     provider = ScriptedProvider(CODEX_TURN, name="m")
-    gw = gateway([provider])
+    gw = gateway([provider], api_keys=("local-key",))
     body = {**CODEX_BODY, "tools": CODEX_TOOLS}
+    # What codex-rs sends besides the body ($LOCAL_KEY from env_key as the bearer token).
+    headers = {
+        "authorization": "Bearer local-key",
+        "accept": "text/event-stream",
+        "openai-beta": "responses=experimental",
+        "originator": "codex_cli_rs",
+        "session_id": "0199-session",
+        "conversation_id": "0199-session",
+        "version": "0.169.0",
+    }
     with httpx.Client(timeout=30) as client:
-        answer = client.post(gw.url("/v1/responses"), json=body, headers={"authorization": "Bearer x"})
+        refused = client.post(gw.url("/v1/responses"), json=body, headers={**headers, "authorization": "x"})
+        answer = client.post(gw.url("/v1/responses"), json=body, headers=headers)
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "invalid_api_key"
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/event-stream")
     frames = _raw_frames(answer.content)
@@ -129,6 +151,9 @@ def test_codex_turn_on_the_wire(gateway: Factory) -> None:
     assert kinds == ["reasoning", "message", "function_call", "custom_tool_call"]
     reasoning, message, call, custom = read["history"]
     assert reasoning["encrypted_content"]  # include: ["reasoning.encrypted_content"]
+    # Raw reasoning in Codex's spelling (response.reasoning_text.delta, with content_index).
+    assert read["raw_deltas"] == 2
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "raw thought"}]
     assert message["content"][0]["text"] == "Listing files."
     assert (call["call_id"], call["arguments"]) == ("call_a", '{"cmd":["ls"]}')
     assert custom["input"] == "*** Begin Patch\n*** End Patch"
