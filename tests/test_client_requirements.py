@@ -20,6 +20,7 @@ import pytest
 from conftest import Gateway, check_stream, stream_events
 from responses_gateway.providers.anthropic import AnthropicProvider
 from responses_gateway.providers.gemini import GeminiProvider
+from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.scripted import ScriptedProvider
 from test_server_request import CODEX_BODY
 from upstream_mock import UpstreamMock, fixture_reply
@@ -28,6 +29,7 @@ Factory = Callable[..., Gateway]
 
 ANTHROPIC_PLAIN = "anthropic-messages__plain-text-with-ping-sonnet-4.5__vercel-ai.chunks.jsonl"
 GEMINI_PLAIN = "gemini__stream-plain-text-gemini-2.0-flash__pydantic-pydantic-ai.sse"
+CHAT_PLAIN = "openai-chat__plain-text-include-usage-final-chunk-gpt-4.1-nano__vercel-ai.chunks.jsonl"
 
 # Codex's own tool list without the hosted tools a scripted back end cannot run (refused below).
 CODEX_TOOLS = [t for t in CODEX_BODY["tools"] if t["type"] in ("function", "custom")]
@@ -423,3 +425,40 @@ def test_codex_cached_web_search_is_refused_by_live_only_back_ends(
     assert events[-1]["type"] == "response.completed"
     sent = orjson.dumps(upstream.requests[0].json)
     assert b"web_search_20250305" in sent or b"googleSearch" in sent
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "gemini", "openai-chat"])
+def test_pitfall_19_bare_reasoning_id_is_tolerated_by_every_upstream_provider(
+    gateway: Factory, upstream: UpstreamMock, vendor: str
+) -> None:
+    provider: Any
+    if vendor == "anthropic":
+        provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant", upstream_model="claude-x")
+        reply = fixture_reply(ANTHROPIC_PLAIN)
+    elif vendor == "gemini":
+        provider = GeminiProvider(base_url=upstream.url, api_key="AIzaTESTKEY0123456789")
+        reply = fixture_reply(GEMINI_PLAIN)
+    else:
+        provider = OpenAIChatProvider(base_url=upstream.url, api_key="sk-test", upstream_model="gpt-x")
+        reply = fixture_reply(CHAT_PLAIN)
+    provider.name = "m"
+    gw = gateway([provider])
+    upstream.reset([reply])
+    # vercel/ai #7543: under store: false the reasoning item comes back as its rs_ id alone.
+    body = {
+        "model": "m",
+        "store": False,
+        "stream": True,
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "id": "rs_0123456789abcdef", "summary": []},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "again"},
+        ],
+    }
+    events = stream_events(gw.url("/v1/responses"), body)
+    check_stream(events)
+    assert events[-1]["type"] == "response.completed"
+    sent = orjson.dumps(upstream.requests[0].json)
+    assert b"rs_0123456789abcdef" not in sent
+    assert b"hello" in sent and b"again" in sent

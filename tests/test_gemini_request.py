@@ -257,6 +257,24 @@ def test_pitfall_20_signatures_roundtrip_from_a_real_stream(upstream: UpstreamMo
     assert body["contents"][2]["parts"][0]["functionResponse"]["name"] == "weather"
 
 
+def test_pitfall_20_signature_of_a_text_only_turn_goes_back(upstream: UpstreamMock) -> None:
+    """Pitfall 20 (litellm #18570): a turn without tool calls signs its (empty) last text part."""
+    name = "gemini__stream-text-thought-signature-gemini-3-pro__vercel-ai.chunks.jsonl"
+    upstream.reset([fixture_reply(name)])
+    events = asyncio.run(
+        drive(GeminiProvider(base_url=upstream.url), {"model": "gemini-3-pro", "input": "r?"})
+    )
+    output = events[-1]["response"]["output"]
+    follow_up = [{"role": "user", "content": "r?"}, *output, {"role": "user", "content": "and in raspberry?"}]
+    body = sent(upstream, {"model": "gemini-3-pro", "input": follow_up})
+    assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
+    (recorded,) = [p["thoughtSignature"] for p in fixture_parts(name) if "thoughtSignature" in p]
+    signed = [p for p in body["contents"][1]["parts"] if "thoughtSignature" in p]
+    assert [p["thoughtSignature"] for p in signed] == [recorded]
+    text = "".join(p.get("text", "") for p in body["contents"][1]["parts"])
+    assert text.startswith("There are **3**")
+
+
 def fixture_parts(name: str) -> list[dict[str, Any]]:
     return [p for c in load_chunks(name) for cand in c["candidates"] for p in cand["content"]["parts"]]
 
