@@ -11,7 +11,7 @@ import asyncio
 import re
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,6 +44,16 @@ class Tx(ABC):
         rows = await self.fetch(sql, *args)
         return rows[0] if rows else None
 
+    async def write(self, sql: str, *args: Any) -> None:
+        """Run a statement whose result is not needed. It may be sent with the transaction's next
+        statement or its commit (SQLite: one trip to the database thread for several statements); an
+        error it raises then surfaces there, inside the same transaction, which is rolled back."""
+        await self.execute(sql, *args)
+
+    async def writemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """:meth:`executemany` that may be deferred like :meth:`write`."""
+        await self.executemany(sql, rows)
+
 
 class Database(ABC):
     """A connection source; ``dialect`` is ``sqlite`` or ``postgresql``."""
@@ -65,18 +75,56 @@ class Database(ABC):
 
 # ------------------------------------------------------------------------------------------ SQLite
 class _SqliteTx(Tx):
+    """Statements go to the database thread in as few trips as possible: ``BEGIN IMMEDIATE`` and the
+    deferred writes travel with the next statement that needs an answer, or with the ``COMMIT``. Each
+    trip costs the event loop a thread hand-off and a wake-up, under load a full loop turn."""
+
+    __slots__ = ("_db", "_queued")
+
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
+        # IMMEDIATE takes the write lock up front, so two processes on one file never deadlock
+        # upgrading read locks.
+        self._queued: list[tuple[bool, str, Any]] = [(False, "BEGIN IMMEDIATE", ())]
+
+    def _trip(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
+        queued, self._queued = self._queued, []
+        if not queued:
+            return self._db.call(fn)
+
+        def work(conn: sqlite3.Connection) -> T:
+            for many, sql, args in queued:
+                if many:
+                    conn.executemany(sql, args)
+                else:
+                    conn.execute(sql, args)
+            return fn(conn)
+
+        return self._db.call(work)
 
     async def execute(self, sql: str, *args: Any) -> int:
-        return int(await self._db.call(lambda c: c.execute(sql, args).rowcount))
+        return int(await self._trip(lambda c: c.execute(sql, args).rowcount))
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        await self._db.call(lambda c: c.executemany(sql, rows))
+        await self._trip(lambda c: c.executemany(sql, rows))
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        rows: list[Row] = await self._db.call(lambda c: c.execute(sql, args).fetchall())
+        rows: list[Row] = await self._trip(lambda c: c.execute(sql, args).fetchall())
         return rows
+
+    async def write(self, sql: str, *args: Any) -> None:
+        self._queued.append((False, sql, args))
+
+    async def writemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._queued.append((True, sql, rows))
+
+    async def commit(self) -> None:
+        await self._trip(lambda c: c.execute("COMMIT"))
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 class SqliteDatabase(Database):
@@ -91,7 +139,7 @@ class SqliteDatabase(Database):
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
 
-    async def call(self, fn: Any) -> Any:
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn
         if conn is None:
             raise RuntimeError("the SQLite store is not open")
@@ -122,15 +170,14 @@ class SqliteDatabase(Database):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         async with self._lock:
-            # IMMEDIATE takes the write lock up front, so two processes on one file never deadlock
-            # upgrading read locks.
-            await self.call(lambda c: c.execute("BEGIN IMMEDIATE"))
+            tx = _SqliteTx(self)
             try:
-                yield _SqliteTx(self)
+                yield tx
+                await tx.commit()
             except BaseException:
-                await asyncio.shield(self.call(lambda c: c.execute("ROLLBACK")))
+                # Whatever reached the thread is undone (a trip still running there finishes first).
+                await asyncio.shield(self.call(_rollback))
                 raise
-            await self.call(lambda c: c.execute("COMMIT"))
 
 
 # ------------------------------------------------------------------------------------------ PostgreSQL

@@ -57,7 +57,8 @@ class _Channel:
     def __init__(self) -> None:
         self.events: list[JSON] = []
         self.ended = False
-        self.changed = asyncio.Event()
+        # Created by a reader that waits; set (and dropped) by the next publish or end.
+        self.changed: asyncio.Event | None = None
 
 
 class LocalLiveLog(LiveLog):
@@ -75,15 +76,26 @@ class LocalLiveLog(LiveLog):
         return channel
 
     async def publish(self, response_id: str, events: list[JSON]) -> None:
-        channel = self._channel(response_id)
+        self.publish_nowait(response_id, events)
+
+    def publish_nowait(self, response_id: str, events: list[JSON]) -> None:
+        """:meth:`publish` without a coroutine (the recorder's hot path)."""
+        channel = self._channels.get(response_id)
+        if channel is None:
+            channel = self._channels[response_id] = _Channel()
         channel.events.extend(events)
-        channel.changed.set()
-        channel.changed = asyncio.Event()
+        changed = channel.changed
+        if changed is not None:
+            # Only a reader waits on it; without one, nothing is allocated per publish.
+            changed.set()
+            channel.changed = None
 
     async def end(self, response_id: str) -> None:
         channel = self._channel(response_id)
         channel.ended = True
-        channel.changed.set()
+        if channel.changed is not None:
+            channel.changed.set()
+            channel.changed = None
         # By now the database holds every event; late followers read it from there.
         asyncio.get_running_loop().call_later(self._retain, self._drop, response_id, channel)
 
@@ -104,6 +116,8 @@ class LocalLiveLog(LiveLog):
             if start < len(events) or channel.ended:
                 return events[start:], channel.ended
             waiter = channel.changed
+            if waiter is None:
+                waiter = channel.changed = asyncio.Event()
             try:
                 await asyncio.wait_for(waiter.wait(), timeout)
             except TimeoutError:

@@ -58,6 +58,10 @@ _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_prog
 # Prefixes for ids the gateway gives input items that arrive without one (listing needs ids).
 _EXTRA_PREFIXES = {"function_call_output": "fco", "custom_tool_call_output": "ctco", "item_reference": "ref"}
 _INPUT, _OUTPUT = 0, 1
+_INSERT_RESPONSE = (
+    "INSERT INTO rg_responses (id, owner, created_at, status, background, previous_response_id,"
+    " conversation_id, request, response, instance_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _INSERT_ITEM = "INSERT INTO rg_items (response_id, kind, position, id, owner, item) VALUES (?, ?, ?, ?, ?, ?)"
 _CRASH_MESSAGE = "The gateway instance running this response stopped before it finished."
 
@@ -145,6 +149,14 @@ class Store:
         self._host = socket.gethostname()
         self._cancel: dict[str, asyncio.Event] = {}
         self._heartbeat: asyncio.Task[None] | None = None
+        # Recorders with events not yet in the database, written together (see _write_group).
+        self._dirty: dict[EventRecorder, None] = {}
+        self._group_timer: asyncio.TimerHandle | None = None
+        self._group_task: asyncio.Task[None] | None = None
+        # Creates waiting for the next shared transaction (see _write_creates).
+        self._creates: list[_Create] = []
+        self._creator: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -167,6 +179,14 @@ class Store:
 
     async def close(self) -> None:
         """Stop heartbeating and deregister; responses still running here are left for recovery."""
+        if self._group_timer is not None:
+            self._group_timer.cancel()
+            self._group_timer = None
+        with contextlib.suppress(Exception):
+            # What is pending is written, so recovery finds every event a client was sent.
+            if self._group_task is not None and not self._group_task.done():
+                await self._group_task
+            await self._write_group()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -340,30 +360,91 @@ class Store:
         """
         conversation = response.get("conversation")
         conversation_id = conversation.get("id") if isinstance(conversation, dict) else None
-        items = [_with_id(item) for item in input_items]
-        async with self.db.transaction() as tx:
-            if conversation_id is not None:
+        rid = response["id"]
+        row = (
+            rid,
+            owner,
+            int(response["created_at"]),
+            response["status"],
+            1 if response.get("background") else 0,
+            response.get("previous_response_id"),
+            conversation_id,
+            _dumps(request),
+            _dumps(response),
+            self.instance_id,
+            time.time(),
+        )
+        items = [
+            (rid, _INPUT, i, it["id"], owner, _dumps(it)) for i, it in enumerate(map(_with_id, input_items))
+        ]
+        if conversation_id is not None:
+            async with self.db.transaction() as tx:
                 await self._conversation_row(tx, owner, conversation_id)
-            await tx.execute(
-                "INSERT INTO rg_responses (id, owner, created_at, status, background, previous_response_id,"
-                " conversation_id, request, response, instance_id, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                response["id"],
-                owner,
-                int(response["created_at"]),
-                response["status"],
-                1 if response.get("background") else 0,
-                response.get("previous_response_id"),
-                conversation_id,
-                _dumps(request),
-                _dumps(response),
-                self.instance_id,
-                time.time(),
+                await tx.write(_INSERT_RESPONSE, *row)
+                await tx.writemany(_INSERT_ITEM, items)
+            return
+        # Responses created at the same moment share one transaction (see _write_creates).
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (row, items, done)
+        self._creates.append(entry)
+        if self._creator is None or self._creator.done():
+            self._creator = asyncio.get_running_loop().create_task(
+                self._write_creates(), name="rg-store-create"
             )
-            await tx.executemany(
-                _INSERT_ITEM,
-                [(response["id"], _INPUT, i, it["id"], owner, _dumps(it)) for i, it in enumerate(items)],
-            )
+        try:
+            await done
+        except asyncio.CancelledError:
+            if entry in self._creates:
+                self._creates.remove(entry)  # not written yet: it never will be
+            raise
+
+    async def _write_creates(self) -> None:
+        """Write the queued creates, all that queued up meanwhile in one transaction.
+
+        A create waits only for the transaction in flight, if any; under load, the responses starting
+        during one write are all recorded by the next, one trip to the database for all of them. If a
+        shared write fails, each is retried alone so one bad row fails only its own request. A create
+        whose caller went away while it was being written is discarded again.
+        """
+        while self._creates:
+            batch, self._creates = self._creates, []
+            try:
+                await self._insert_responses(batch)
+            except Exception as exc:
+                if len(batch) == 1:
+                    _settle_create(batch[0][2], exc)
+                    continue
+                for entry in batch:
+                    try:
+                        await self._insert_responses([entry])
+                    except Exception as one:
+                        _settle_create(entry[2], one)
+                    else:
+                        self._created(entry)
+                continue
+            except BaseException as exc:  # shutdown: nobody will write these
+                for _, _, done in batch + self._creates:
+                    _settle_create(done, exc)
+                raise
+            for entry in batch:
+                self._created(entry)
+
+    async def _insert_responses(self, batch: list[_Create]) -> None:
+        async with self.db.transaction() as tx:
+            await tx.writemany(_INSERT_RESPONSE, [row for row, _, _ in batch])
+            items = [item for _, rows, _ in batch for item in rows]
+            if items:
+                await tx.writemany(_INSERT_ITEM, items)
+
+    def _created(self, entry: _Create) -> None:
+        done = entry[2]
+        if done.cancelled():
+            rid = str(entry[0][0])
+            task = asyncio.get_running_loop().create_task(self.discard_response(rid))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        elif not done.done():
+            done.set_result(None)
 
     async def get_response(self, owner: str, response_id: str, include: Iterable[str] = ()) -> JSON:
         """The stored Response object; encrypted reasoning and logprobs only if ``include`` asks."""
@@ -549,31 +630,121 @@ class Store:
         """The writer of one running response's events (see :class:`EventRecorder`)."""
         return EventRecorder(self, response_id)
 
+    def _mark_dirty(self, recorder: EventRecorder) -> None:
+        """``recorder`` has pending events: they go out with the next group write (``flush_interval``)."""
+        self._dirty[recorder] = None
+        if self._group_timer is None and (self._group_task is None or self._group_task.done()):
+            loop = asyncio.get_running_loop()
+            self._group_timer = loop.call_later(self.flush_interval, self._start_group)
+
+    def _start_group(self) -> None:
+        self._group_timer = None
+        self._group_task = asyncio.get_running_loop().create_task(self._run_group(), name="rg-store-flush")
+
+    async def _run_group(self) -> None:
+        try:
+            await self._write_group()
+        except Exception:
+            log.exception("writing the events of running responses failed (kept for the next write)")
+        finally:
+            self._group_task = None
+            if self._dirty and self._group_timer is None:
+                loop = asyncio.get_running_loop()
+                self._group_timer = loop.call_later(self.flush_interval, self._start_group)
+
+    async def _write_group(self) -> None:
+        """Write the pending events of every running response here in ONE transaction.
+
+        One write every ``flush_interval`` for all responses, instead of one per response: with many
+        concurrent streams this is what keeps the store off the hot path. Each recorder's lock is held
+        across the write, so a response's end (written under the same lock) always comes after.
+        A failed write puts the events back; the next write (or the response's end) retries them.
+        """
+        taken: list[tuple[EventRecorder, list[JSON]]] = []
+        dirty, self._dirty = self._dirty, {}
+        for recorder in dirty:
+            if recorder._lock.locked():
+                # It is writing on its own (its end, or a flush): it takes its pending events itself.
+                if recorder._pending:
+                    self._dirty[recorder] = None
+                continue
+            await recorder._lock.acquire()  # free, checked just above: this does not suspend
+            events, recorder._pending = recorder._pending, []
+            taken.append((recorder, events))
+        try:
+            batches = [(r.response_id, events) for r, events in taken if events]
+            if batches:
+                await self._write_batches(batches)
+        except BaseException:
+            for recorder, events in taken:
+                recorder._pending[:0] = events
+                if recorder._pending and not recorder._done:
+                    self._dirty[recorder] = None
+            raise
+        finally:
+            for recorder, _ in taken:
+                recorder._lock.release()
+
+    async def _write_batches(self, batches: list[tuple[str, list[JSON]]]) -> None:
+        """Append the events of several running responses (and their in-progress snapshots) at once."""
+        ids = list(dict.fromkeys(rid for rid, _ in batches))
+        async with self.db.transaction() as tx:
+            status: dict[str, str] = {}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                rows = await tx.fetch(
+                    f"SELECT id, status FROM rg_responses WHERE id IN ({marks})" + self.db.for_update,
+                    *chunk,
+                )
+                status.update({str(rid): str(st) for rid, st in rows})
+            rows_out: list[tuple[str, int, str]] = []
+            for rid, events in batches:
+                current = status.get(rid)
+                # Deleted, or already ended (cancelled while queued, failed by recovery): nothing to add.
+                if current not in RUNNING:
+                    continue
+                rows_out.extend((rid, int(e["sequence_number"]), _dumps(e)) for e in events)
+                snapshot = _snapshot_of(events)
+                if snapshot is not None and snapshot.get("status") in TRANSITIONS[current]:
+                    if snapshot["status"] in TERMINAL:
+                        await self._write_final(tx, rid, snapshot)
+                        status[rid] = str(snapshot["status"])
+                    else:
+                        await tx.write(
+                            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
+                            snapshot["status"],
+                            _dumps(snapshot),
+                            time.time(),
+                            rid,
+                        )
+                        status[rid] = str(snapshot["status"])
+            if rows_out:
+                await tx.writemany(
+                    "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)", rows_out
+                )
+
     async def _write_events(self, response_id: str, events: list[JSON], final: JSON | None) -> bool:
         """Append events and apply the latest lifecycle snapshot among them, in one transaction."""
-        snapshot: JSON | None = final
-        if snapshot is None:
-            for event in reversed(events):
-                if event.get("type") in _LIFECYCLE and isinstance(event.get("response"), dict):
-                    snapshot = event["response"]
-                    break
+        snapshot = final if final is not None else _snapshot_of(events)
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
-                "SELECT status FROM rg_responses WHERE id = ?" + self.db.for_update, response_id
+                "SELECT status, owner, conversation_id FROM rg_responses WHERE id = ?" + self.db.for_update,
+                response_id,
             )
             # Deleted, or already ended (cancelled while queued, failed by recovery): nothing to add.
             if row is None or row[0] not in RUNNING:
                 return False
             if events:
-                await tx.executemany(
+                await tx.writemany(
                     "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)",
                     [(response_id, int(e["sequence_number"]), _dumps(e)) for e in events],
                 )
             if snapshot is not None and snapshot.get("status") in TRANSITIONS[row[0]]:
                 if snapshot["status"] in TERMINAL:
-                    await self._write_final(tx, response_id, snapshot)
+                    await self._write_final(tx, response_id, snapshot, owner=(row[1], row[2]))
                 else:
-                    await tx.execute(
+                    await tx.write(
                         "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
                         snapshot["status"],
                         _dumps(snapshot),
@@ -582,9 +753,14 @@ class Store:
                     )
         return True
 
-    async def _write_final(self, tx: Tx, response_id: str, response: JSON) -> None:
-        """Final status, output items and the conversation append of a finished turn."""
-        await tx.execute(
+    async def _write_final(
+        self, tx: Tx, response_id: str, response: JSON, *, owner: tuple[Any, Any] | None = None
+    ) -> None:
+        """Final status, output items and the conversation append of a finished turn.
+
+        ``owner``: the response's (owner, conversation_id) when the caller has read them already.
+        """
+        await tx.write(
             "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
             " WHERE id = ?",
             response["status"],
@@ -592,15 +768,19 @@ class Store:
             time.time(),
             response_id,
         )
-        row = await tx.fetchone("SELECT owner, conversation_id FROM rg_responses WHERE id = ?", response_id)
+        row = owner
         if row is None:
-            return
-        owner, conversation_id = row
+            row = await tx.fetchone(
+                "SELECT owner, conversation_id FROM rg_responses WHERE id = ?", response_id
+            )
+            if row is None:
+                return
+        owner_id, conversation_id = row
         outputs = [_with_id(item) for item in response.get("output") or []]
-        await tx.execute("DELETE FROM rg_items WHERE response_id = ? AND kind = 1", response_id)
-        await tx.executemany(
+        await tx.write("DELETE FROM rg_items WHERE response_id = ? AND kind = 1", response_id)
+        await tx.writemany(
             _INSERT_ITEM,
-            [(response_id, _OUTPUT, i, it["id"], owner, _dumps(it)) for i, it in enumerate(outputs)],
+            [(response_id, _OUTPUT, i, it["id"], owner_id, _dumps(it)) for i, it in enumerate(outputs)],
         )
         # Only turns that produced an answer join the conversation (as OpenAI does).
         if conversation_id is not None and response["status"] in ("completed", "incomplete"):
@@ -815,19 +995,53 @@ class Store:
         return self._conversation(row)
 
 
+_Create = tuple[tuple[Any, ...], list[tuple[Any, ...]], "asyncio.Future[None]"]
+
+
+def _settle_create(done: asyncio.Future[None], exc: BaseException) -> None:
+    if not done.done():
+        done.set_exception(exc)
+
+
+def _snapshot_of(events: list[JSON]) -> JSON | None:
+    """The latest lifecycle snapshot (``response.created``/``in_progress``/terminal) among ``events``."""
+    for event in reversed(events):
+        if event.get("type") in _LIFECYCLE and isinstance(event.get("response"), dict):
+            snapshot: JSON = event["response"]
+            return snapshot
+    return None
+
+
 class EventRecorder:
     """Keeps one running response's events: live at once, in the database in batches.
 
     ``recorder.add_nowait(builder.take())`` after each provider step queues the events without
-    waiting (safe to call from any task, and from a timer callback: order is the order of the calls);
-    one pump task publishes them to the live log (followers see them at once) and writes them to the
-    database every ``flush_interval`` seconds or ``flush_events`` events, so the per-event cost on the
-    caller's side is a list append. A terminal event (``response.completed``/``incomplete``/``failed``)
-    is written with the final status, output items and conversation append in one transaction;
-    ``final`` overrides that snapshot (a stopped response stored as ``cancelled``).
+    waiting (safe to call from any task, and from a timer callback: order is the order of the calls).
+    With the in-process live log the events are published on the spot (followers see them at once)
+    and the step costs a list append: no task, no future. With Redis one pump task per response
+    publishes them in order. Either way the database gets them with the store's next group write
+    (every ``flush_interval`` seconds, one transaction for all running responses; see
+    ``Store._write_group``), or at once when ``flush_events`` are pending. A terminal event
+    (``response.completed``/``incomplete``/``failed``) is written with the final status, output items
+    and conversation append in one transaction before followers see it; ``final`` overrides that
+    snapshot (a stopped response stored as ``cancelled``).
     ``await recorder.add(events)`` queues and waits; :meth:`drain` waits for what is queued;
     :meth:`finish` ends a response that has no terminal event to send.
     """
+
+    __slots__ = (
+        "_closed",
+        "_done",
+        "_flushing",
+        "_local",
+        "_lock",
+        "_outbox",
+        "_pending",
+        "_pump",
+        "recorded",
+        "response_id",
+        "store",
+    )
 
     def __init__(self, store: Store, response_id: str) -> None:
         self.store = store
@@ -835,8 +1049,10 @@ class EventRecorder:
         self._outbox: list[tuple[list[JSON], JSON | None]] = []
         self._pending: list[JSON] = []
         self._lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
+        self._flushing: asyncio.Task[None] | None = None
+        live = store.live
+        self._local = live if isinstance(live, LocalLiveLog) else None
         self._closed = False
         self._done = False
         self.recorded = 0
@@ -851,11 +1067,25 @@ class EventRecorder:
         if self._closed or (not events and final is None):
             return
         self.recorded += len(events)
-        self._outbox.append((events, final))
-        if final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events):
+        terminal = final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events)
+        if terminal:
             self._closed = True
+        elif self._local is not None and not self._outbox and (self._pump is None or self._pump.done()):
+            # The hot path: publish in place, leave the write to the store's group writer.
+            self._local.publish_nowait(self.response_id, events)
+            self._queue(events)
+            return
+        self._outbox.append((events, final))
         if self._pump is None or self._pump.done():
             self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    def _queue(self, events: list[JSON]) -> None:
+        self._pending.extend(events)
+        if len(self._pending) >= self.store.flush_events:
+            if self._flushing is None or self._flushing.done():
+                self._flushing = asyncio.get_running_loop().create_task(self.flush())
+        else:
+            self.store._mark_dirty(self)
 
     async def add(self, events: list[JSON], final: JSON | None = None) -> None:
         """Queue events and wait until they are published (and, at the end, written)."""
@@ -883,23 +1113,18 @@ class EventRecorder:
                 return
             if events:
                 await self.store.live.publish(self.response_id, events)
-                self._pending.extend(events)
-            if len(self._pending) >= self.store.flush_events:
-                await self.flush()
-            elif self._timer is None:
-                self._timer = asyncio.create_task(self._flush_later())
-
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(self.store.flush_interval)
-        self._timer = None
-        await self.flush()
+                self._queue(events)
 
     async def flush(self) -> None:
         """Write what is pending now."""
         async with self._lock:
             events, self._pending = self._pending, []
             if events:
-                await self.store._write_events(self.response_id, events, None)
+                try:
+                    await self.store._write_events(self.response_id, events, None)
+                except BaseException:
+                    self._pending[:0] = events  # kept for the next write (or the end)
+                    raise
 
     async def finish(self, response: JSON) -> None:
         """End with ``response`` as the final snapshot (status cancelled, or any terminal status)."""
@@ -907,9 +1132,6 @@ class EventRecorder:
         await self.drain()
 
     async def _end(self, final: JSON | None, last: list[JSON]) -> None:
-        if self._timer is not None and self._timer is not asyncio.current_task():
-            self._timer.cancel()
-            self._timer = None
         try:
             async with self._lock:
                 events, self._pending = self._pending, []
@@ -926,6 +1148,7 @@ class EventRecorder:
                         await asyncio.sleep(delay)
             self._done = True
         finally:
+            self.store._dirty.pop(self, None)
             try:
                 if last:
                     await self.store.live.publish(self.response_id, last)
