@@ -462,3 +462,48 @@ def test_pitfall_19_bare_reasoning_id_is_tolerated_by_every_upstream_provider(
     sent = orjson.dumps(upstream.requests[0].json)
     assert b"rs_0123456789abcdef" not in sent
     assert b"hello" in sent and b"again" in sent
+
+
+CODEX_UPSTREAMS = {
+    "anthropic": "anthropic-messages__thinking-then-tool-use__simonw-llm-anthropic.sse",
+    "gemini": "gemini__stream-function-call-with-thought-signature-gemini-3-pro__vercel-ai.chunks.jsonl",
+    "openai-chat": (
+        "openai-chat__deepseek-reasoner-reasoning-then-tool-call-split-args__vercel-ai.chunks.jsonl"
+    ),
+}
+
+
+@pytest.mark.parametrize("vendor", sorted(CODEX_UPSTREAMS))
+def test_codex_reads_every_upstream_providers_tool_turn(
+    gateway: Factory, upstream: UpstreamMock, vendor: str
+) -> None:
+    provider: Any
+    if vendor == "anthropic":
+        provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant", upstream_model="claude-x")
+    elif vendor == "gemini":
+        provider = GeminiProvider(base_url=upstream.url, api_key="AIzaTESTKEY0123456789")
+    else:
+        provider = OpenAIChatProvider(base_url=upstream.url, api_key="sk-test", upstream_model="gpt-x")
+    provider.name = "m"
+    gw = gateway([provider])
+    upstream.reset([fixture_reply(CODEX_UPSTREAMS[vendor])])
+    tools = [CODEX_TOOLS[0]] if vendor != "anthropic" else CODEX_TOOLS
+    body = {**CODEX_BODY, "tools": tools, "input": [CODEX_BODY["input"][1]]}
+    events = stream_events(gw.url("/v1/responses"), body)
+    check_stream(events)
+    read = _codex_read(events)
+    calls = [item for item in read["history"] if item["type"] == "function_call"]
+    assert calls, [item["type"] for item in read["history"]]
+    assert read["history"][0]["type"] == "reasoning"
+    # The next turn, as Codex builds it, goes back upstream with the same call id.
+    upstream.reset([fixture_reply(CODEX_UPSTREAMS[vendor])])
+    history = [
+        CODEX_BODY["input"][1],
+        *read["history"],
+        *({"type": "function_call_output", "call_id": c["call_id"], "output": "ok"} for c in calls),
+    ]
+    second = stream_events(gw.url("/v1/responses"), {**body, "input": history})
+    assert second[-1]["type"] == "response.completed"
+    sent = orjson.dumps(upstream.requests[-1].json)
+    for call in calls:
+        assert call["call_id"].encode() in sent
