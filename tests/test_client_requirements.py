@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from conftest import Gateway, check_stream, stream_events
+from responses_gateway.protocol.checker import check
 from responses_gateway.providers.anthropic import AnthropicProvider
 from responses_gateway.providers.gemini import GeminiProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
@@ -67,6 +68,7 @@ def _raw_frames(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
 
 def _codex_read(events: list[dict[str, Any]]) -> dict[str, Any]:
     """What codex-rs/codex-api/src/sse/responses.rs accepts, asserted event by event."""
+    assert check(events, profile="codex") == []
     active: dict[str, str] = {}
     history: list[dict[str, Any]] = []
     completed: dict[str, Any] | None = None
