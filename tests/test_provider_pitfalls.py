@@ -1,19 +1,24 @@
 """Regression tests for pitfalls of provider-mapping.md §5 not covered by a provider's own pitfall file.
 
-Pitfall 16 (tool calls streamed as text by non-harmony models behind vLLM) and the parts of pitfall 17
+Pitfall 16 (tool calls streamed as text by non-harmony models behind vLLM), the parts of pitfall 17
 (Ollama's responses.go: summary deltas without ``summary_part.added``, token details hard-coded to 0)
-that the Chat Completions translation could repeat. Each stream comes from a mock upstream over HTTP.
+that the Chat Completions translation could repeat, and pitfall 19 (a reasoning item sent back with
+only its id) in an Anthropic tool loop. Each upstream is a mock server over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import openai
 import pytest
 
+from conftest import Gateway
 from responses_gateway.protocol.checker import check
+from responses_gateway.protocol.request import parse_request
+from responses_gateway.providers.anthropic import AnthropicProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
 from upstream_mock import UpstreamMock, drive, encode_chunks, fixture_reply, stream_reply
@@ -142,3 +147,66 @@ def test_pitfall_17_cached_and_reasoning_tokens_are_reported_not_zero(upstream: 
         "output_tokens_details": {"reasoning_tokens": 12},
         "total_tokens": 70,
     }
+
+
+ANTHROPIC_TOOL = "anthropic-messages__thinking-then-tool-use__simonw-llm-anthropic.sse"
+ANTHROPIC_TEXT = "anthropic-messages__plain-text-with-ping-sonnet-4.5__vercel-ai.chunks.jsonl"
+FIXED_VERSION: JSON = {"type": "function", "name": "fixed_version", "parameters": {"type": "object"}}
+
+
+def test_pitfall_19_anthropic_tool_loop_with_a_bare_reasoning_id(
+    upstream: UpstreamMock, gateway: Callable[..., Gateway]
+) -> None:
+    """Pitfall 19: a client under store:false sends the reasoning item back with only its id.
+
+    The thinking block cannot be rebuilt from an id, and Anthropic refuses tool results for a turn
+    whose thinking is missing while thinking is on; the turn goes up without thinking and completes.
+    """
+    upstream.reset([fixture_reply(ANTHROPIC_TOOL), fixture_reply(ANTHROPIC_TEXT)])
+    provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant-p19", upstream_model="claude-x")
+    provider.name = "claude"
+    client = openai.OpenAI(base_url=gateway([provider]).base_url, api_key="k", max_retries=0)
+    common: JSON = {
+        "model": "claude",
+        "tools": [FIXED_VERSION],
+        "reasoning": {"effort": "low"},
+        "store": False,
+    }
+    first = client.responses.create(input="Name a pelican", **common)
+    reasoning, call = first.output
+    assert reasoning.type == "reasoning" and call.type == "function_call"
+    history: list[Any] = [
+        {"role": "user", "content": "Name a pelican"},
+        {"type": "reasoning", "id": reasoning.id, "summary": []},
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "Pete"},
+    ]
+    second = client.responses.create(input=history, **common)
+    assert second.status == "completed" and second.output_text
+    assert upstream.requests[0].json["thinking"]["type"] == "enabled"
+    sent = upstream.requests[1].json
+    assert "thinking" not in sent
+    assert [b["type"] for b in sent["messages"][1]["content"]] == ["tool_use"]
+    assert sent["messages"][2]["content"][0]["type"] == "tool_result"
+
+
+def anthropic_body(items: list[JSON]) -> JSON:
+    provider = AnthropicProvider(api_key="k")
+    request = parse_request({"model": "claude-sonnet-4-5", "input": items, "reasoning": {"effort": "low"}})
+    provider.check_request(request)
+    return provider.build_body(request)
+
+
+CALL: JSON = {"type": "function_call", "call_id": "toolu_1", "name": "f", "arguments": "{}"}
+RESULT: JSON = {"type": "function_call_output", "call_id": "toolu_1", "output": "ok"}
+
+
+def test_pitfall_19_thinking_stays_on_unless_a_tool_loop_lost_it() -> None:
+    """Thinking goes off only where Anthropic refuses it: tool results for a turn without its thinking."""
+    ask = {"role": "user", "content": "q"}
+    assert "thinking" not in anthropic_body([ask, CALL, RESULT])
+    # A question next to the results joins their user turn, which still answers the thinking-less calls.
+    assert "thinking" not in anthropic_body([ask, CALL, RESULT, {"role": "user", "content": "and?"}])
+    # Plain multi-turn text without calls keeps thinking.
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]}
+    assert anthropic_body([ask, answer, {"role": "user", "content": "more"}])["thinking"]["type"] == "enabled"

@@ -424,6 +424,24 @@ def _mark_cache_breakpoints(body: JSON, ttl: str | None) -> None:
             break
 
 
+def _tool_loop_keeps_thinking(messages: list[JSON]) -> bool:
+    """False when the last turn answers tool calls of an assistant turn that has no thinking first."""
+    if len(messages) < 2:
+        return True
+    answer, turn = messages[-1], messages[-2]
+    if answer.get("role") != "user" or turn.get("role") != "assistant":
+        return True
+    results, blocks = answer.get("content"), turn.get("content")
+    if not isinstance(results, list) or not isinstance(blocks, list) or not blocks:
+        return True
+    if not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in results):
+        return True
+    if not any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks):
+        return True
+    first = blocks[0]
+    return isinstance(first, dict) and first.get("type") in ("thinking", "redacted_thinking")
+
+
 def _thinking_budget(request: ResponseRequest, opts: _Options) -> int | None:
     effort = (request.reasoning or {}).get("effort") or opts.default_effort
     if effort is None or effort == "none":
@@ -461,6 +479,11 @@ def build_messages_body(
         elif tool["type"] in WEB_SEARCH_TOOLS:
             tools.append(_web_search_tool(tool, request.max_tool_calls))
     if forced:
+        budget = None
+    if budget is not None and not _tool_loop_keeps_thinking(messages):
+        # A client that dropped or stripped the reasoning item (pitfall 19) sends the tool results of
+        # an assistant turn without its thinking block; Anthropic refuses that with thinking on ("a
+        # final assistant message must start with a thinking block"), so this turn goes without it.
         budget = None
 
     if request.max_output_tokens is not None:
