@@ -62,6 +62,10 @@ _INSERT_RESPONSE = (
     "INSERT INTO rg_responses (id, owner, created_at, status, background, previous_response_id,"
     " conversation_id, request, response, instance_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_INSERT_EVENT_IF_RUNNING = (
+    "INSERT INTO rg_events (response_id, seq, event) SELECT ?, ?, ? WHERE EXISTS"
+    " (SELECT 1 FROM rg_responses WHERE id = ? AND status IN ('queued', 'in_progress'))"
+)
 _INSERT_ITEM = "INSERT INTO rg_items (response_id, kind, position, id, owner, item) VALUES (?, ?, ?, ?, ?, ?)"
 _CRASH_MESSAGE = "The gateway instance running this response stopped before it finished."
 
@@ -687,6 +691,11 @@ class Store:
 
     async def _write_batches(self, batches: list[tuple[str, list[JSON]]]) -> None:
         """Append the events of several running responses (and their in-progress snapshots) at once."""
+        if self.db.dialect == "sqlite":
+            snapshots = [_snapshot_of(events) for _, events in batches]
+            if not any(snap is not None and snap.get("status") in TERMINAL for snap in snapshots):
+                await self._write_batches_sqlite(batches, snapshots)
+                return
         ids = list(dict.fromkeys(rid for rid, _ in batches))
         async with self.db.transaction() as tx:
             status: dict[str, str] = {}
@@ -722,6 +731,37 @@ class Store:
             if rows_out:
                 await tx.writemany(
                     "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)", rows_out
+                )
+
+    async def _write_batches_sqlite(
+        self, batches: list[tuple[str, list[JSON]]], snapshots: list[JSON | None]
+    ) -> None:
+        """:meth:`_write_batches` in one trip to the database thread: each statement checks the status
+        itself. ``BEGIN IMMEDIATE`` holds the file's write lock, so no other writer (another process
+        included) can change a status between those checks and the commit."""
+        async with self.db.transaction() as tx:
+            rows = [
+                (rid, int(e["sequence_number"]), _dumps(e), rid) for rid, events in batches for e in events
+            ]
+            if rows:
+                # Deleted, or already ended (cancelled while queued, failed by recovery): nothing is added.
+                await tx.writemany(_INSERT_EVENT_IF_RUNNING, rows)
+            for (rid, _), snapshot in zip(batches, snapshots, strict=True):
+                if snapshot is None:
+                    continue
+                status = snapshot.get("status")
+                sources = [old for old, allowed in TRANSITIONS.items() if status in allowed]
+                if not sources:
+                    continue
+                marks = ", ".join("?" * len(sources))
+                await tx.write(
+                    "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?"
+                    f" WHERE id = ? AND status IN ({marks})",
+                    status,
+                    _dumps(snapshot),
+                    time.time(),
+                    rid,
+                    *sources,
                 )
 
     async def _write_events(self, response_id: str, events: list[JSON], final: JSON | None) -> bool:

@@ -1,0 +1,110 @@
+"""The store's grouped writes (one transaction for many responses), on SQLite and a real PostgreSQL.
+
+Many responses stream at once: their events reach the database within the flush interval, in order,
+each response's own; a response deleted or ended meanwhile gets nothing more; responses created at
+the same moment share a transaction, and one that cannot be written fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from responses_gateway.protocol.builder import StreamBuilder
+from responses_gateway.protocol.response import new_response
+from responses_gateway.store import ResponseNotFound, Store
+from test_store_services import run
+from test_store_suite import OWNER, opened, store_url, user
+
+__all__ = ["store_url"]
+
+JSON = dict[str, Any]
+
+
+async def _stored_seqs(store: Store) -> dict[str, list[int]]:
+    async with store.db.transaction() as tx:
+        rows = await tx.fetch("SELECT response_id, seq FROM rg_events ORDER BY response_id, seq")
+    out: dict[str, list[int]] = {}
+    for rid, seq in rows:
+        out.setdefault(str(rid), []).append(int(seq))
+    return out
+
+
+async def _start(store: Store, text: str) -> tuple[StreamBuilder, str]:
+    builder = StreamBuilder(new_response("test-model"))
+    builder.start()
+    snapshot = builder.snapshot()
+    await store.create_response(OWNER, snapshot, request={"input": text}, input_items=[user(text)])
+    return builder, str(snapshot["id"])
+
+
+def test_many_streams_written_together_within_the_flush_interval(store_url: str) -> None:
+    async def main() -> None:
+        async with opened(store_url, flush_interval=0.05) as store:
+            started = await asyncio.gather(*(_start(store, f"q{i}") for i in range(40)))
+            recorders = [store.recorder(rid) for _, rid in started]
+            for (builder, _), recorder in zip(started, recorders, strict=True):
+                recorder.add_nowait(builder.take())
+                builder.open_message()
+                recorder.add_nowait(builder.take())
+            for step in range(5):
+                for (builder, _), recorder in zip(started, recorders, strict=True):
+                    builder.text_delta(builder.items[-1], f"t{step} ")
+                    recorder.add_nowait(builder.take())
+                await asyncio.sleep(0.01)
+            # The one in the middle is deleted while its events wait for the grouped write.
+            victim = started[20][1]
+            await store.delete_response(OWNER, victim)
+            await asyncio.sleep(0.2)  # several flush intervals
+            seqs = await _stored_seqs(store)
+            assert victim not in seqs
+            for (builder, rid), recorder in zip(started, recorders, strict=True):
+                if rid == victim:
+                    continue
+                sent = recorder.recorded
+                assert seqs[rid] == list(range(sent)), rid
+                # Each response's own snapshot moved to in_progress with it.
+                assert (await store.get_response(OWNER, rid))["status"] == "in_progress"
+            # The end of each still goes through its own transaction, after the grouped writes.
+            builder, rid = started[0]
+            builder.close_message(builder.items[-1])
+            builder.complete()
+            await recorders[0].add(builder.take())
+            final = await store.get_response(OWNER, rid)
+            assert final["status"] == "completed"
+            assert final["output"][0]["content"][0]["text"] == "t0 t1 t2 t3 t4 "
+            assert (await _stored_seqs(store))[rid] == list(range(recorders[0].recorded))
+            with pytest.raises(ResponseNotFound):
+                await store.get_response(OWNER, victim)
+
+    run(main())
+
+
+def test_creates_at_the_same_moment_fail_alone(store_url: str) -> None:
+    async def main() -> None:
+        async with opened(store_url) as store:
+            builders = [StreamBuilder(new_response("test-model")) for _ in range(6)]
+            for builder in builders:
+                builder.start()
+            snapshots = [b.snapshot() for b in builders]
+            # The fourth reuses the second's id: the database refuses that row, and only that row.
+            snapshots[3] = {**snapshots[3], "id": snapshots[1]["id"]}
+            results = await asyncio.gather(
+                *(
+                    store.create_response(OWNER, snap, request={"input": "x"}, input_items=[user("x")])
+                    for snap in snapshots
+                ),
+                return_exceptions=True,
+            )
+            assert [isinstance(r, Exception) for r in results] == [False, False, False, True, False, False]
+            for index, snap in enumerate(snapshots):
+                if index == 3:
+                    continue
+                stored = await store.get_response(OWNER, snap["id"])
+                assert stored["status"] == "in_progress"
+                items = await store.list_input_items(OWNER, snap["id"])
+                assert [item["content"][0]["text"] for item in items["data"]] == ["x"]
+
+    run(main())
