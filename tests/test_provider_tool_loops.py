@@ -34,6 +34,7 @@ JSON = dict[str, Any]
 ANTHROPIC_TOOL = "anthropic-messages__thinking-then-tool-use__simonw-llm-anthropic.sse"
 ANTHROPIC_TEXT = "anthropic-messages__plain-text-with-ping-sonnet-4.5__vercel-ai.chunks.jsonl"
 CHAT_TOOL = "openai-chat__openai-tool-call-args-split-include-usage__pydantic-pydantic-ai.sse"
+DEEPSEEK_TOOL = "openai-chat__deepseek-reasoner-reasoning-then-tool-call-split-args__vercel-ai.chunks.jsonl"
 CHAT_TEXT = "openai-chat__plain-text-include-usage-final-chunk-gpt-4.1-nano__vercel-ai.chunks.jsonl"
 RESPONSES_TOOL = (
     "openai-responses__multi-step-reasoning-summary-function-calls-gpt-5.1-codex-max__vercel-ai.chunks.jsonl"
@@ -113,6 +114,14 @@ def _check_chat(sent: JSON, first: list[JSON]) -> None:
     assert messages[2] == {"role": "tool", "tool_call_id": call["call_id"], "content": TOOL_OUTPUT}
 
 
+def _check_deepseek(sent: JSON, first: list[JSON]) -> None:
+    """DeepSeek refuses a tool turn without its reasoning_content (pitfall 15): it goes back as it came."""
+    reasoning, call = first
+    _check_chat(sent, [call])
+    thought = "".join(s["text"] for s in reasoning["summary"])
+    assert thought and sent["messages"][1]["reasoning_content"] == thought
+
+
 def _check_responses(sent: JSON, first: list[JSON]) -> None:
     reasoning, call = first
     user, sent_reasoning, sent_call, output = sent["input"]
@@ -170,6 +179,16 @@ LOOPS: dict[str, Loop] = {
         None,
         ["function_call"],
         _check_chat,
+    ),
+    "openai-chat-deepseek": Loop(
+        lambda url: OpenAIChatProvider(
+            base_url=url + "/v1", api_key="sk-loop", upstream_model="deepseek-reasoner"
+        ),
+        (fixture_reply(DEEPSEEK_TOOL, split=True, seed=7), fixture_reply(CHAT_TEXT)),
+        "weather",
+        None,
+        ["reasoning", "function_call"],
+        _check_deepseek,
     ),
     "openai": Loop(
         lambda url: OpenAIResponsesProvider(base_url=url + "/v1", api_key="sk-loop", upstream_model="gpt-5"),
