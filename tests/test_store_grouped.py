@@ -60,7 +60,7 @@ def test_many_streams_written_together_within_the_flush_interval(store_url: str)
             await asyncio.sleep(0.2)  # several flush intervals
             seqs = await _stored_seqs(store)
             assert victim not in seqs
-            for (builder, rid), recorder in zip(started, recorders, strict=True):
+            for (_, rid), recorder in zip(started, recorders, strict=True):
                 if rid == victim:
                     continue
                 sent = recorder.recorded
