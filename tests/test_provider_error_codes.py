@@ -20,6 +20,7 @@ import pytest
 from conftest import Gateway, check_stream, decode_sse
 from responses_gateway.providers.anthropic import AnthropicProvider
 from responses_gateway.providers.base import Provider
+from responses_gateway.providers.fallback import FallbackProvider
 from responses_gateway.providers.gemini import GeminiProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
@@ -123,6 +124,13 @@ def _started(kind: str) -> bytes:
         ],
         "openai-responses",
     )  # fmt: skip
+
+
+_ANTHROPIC_END: list[JSON] = [
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+    {"type": "message_stop"},
+]
 
 
 def _mid(kind: str, payload: JSON) -> bytes:
@@ -248,3 +256,64 @@ def test_responses_error_event_without_response_failed(
     check_stream(events)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == code
+
+
+# The first thing in a 200 stream is an error: nothing was sent yet, so it is still an HTTP error
+# (and a fallback model can still serve the request). The Responses passthrough is left out: it relays
+# OpenAI's own created → error → failed stream as OpenAI sent it (test_pitfall_18_error_event_then_failed).
+FIRST: list[tuple[str, JSON, int, str]] = [
+    ("anthropic", _anthropic("overloaded_error", "Overloaded"), 503, "server_is_overloaded"),
+    (
+        "openai-chat",
+        _openai("Rate limit reached", "requests", "rate_limit_exceeded"),
+        429,
+        "rate_limit_exceeded",
+    ),
+    (
+        "openai-chat",
+        {"error": {"code": 503, "message": "No provider available"}},
+        503,
+        "server_is_overloaded",
+    ),
+    ("gemini", _gemini(503, "UNAVAILABLE", "The model is overloaded."), 503, "server_is_overloaded"),
+    ("gemini", _gemini(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted"), 429, "rate_limit_exceeded"),
+]
+
+
+@pytest.mark.parametrize(("kind", "payload", "status", "code"), FIRST, ids=[f"{f[0]}-{f[3]}" for f in FIRST])
+def test_error_as_the_first_event_of_a_200_stream_is_an_http_error(
+    upstream: UpstreamMock, serve: Callable[[str], Gateway], kind: str, payload: JSON, status: int, code: str
+) -> None:
+    upstream.reset([stream_reply(_mid(kind, payload))])
+    response = _post(serve(kind))
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"]
+    assert KEY not in response.text
+
+
+@pytest.mark.parametrize("kind", ["openai-chat", "gemini"])
+def test_error_first_200_stream_falls_back_to_the_next_model(
+    upstream: UpstreamMock, gateway: Callable[..., Gateway], kind: str
+) -> None:
+    """An in-stream error before anything was sent lets the fallback chain move on: one clean stream."""
+    overloaded = {
+        "openai-chat": {"error": {"code": 503, "message": "No provider available"}},
+        "gemini": _gemini(503, "UNAVAILABLE", "The model is overloaded."),
+    }[kind]
+    upstream.reset([stream_reply(_mid(kind, overloaded))])
+    with UpstreamMock() as backup:
+        backup.reset([stream_reply(_started("anthropic") + encode_chunks(_ANTHROPIC_END, "anthropic"))])
+        chain = FallbackProvider(
+            [(kind, PROVIDERS[kind](upstream.url)), ("claude", PROVIDERS["anthropic"](backup.url))],
+            retries=0,
+        )
+        chain.name = "m"
+        response = _post(gateway([chain]))
+        assert response.status_code == 200, response.text
+        events = decode_sse(response.content)
+        check_stream(events)
+        assert [e["type"] for e in events].count("response.created") == 1
+        assert events[-1]["type"] == "response.completed"
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hel"
+        assert len(upstream.requests) == 1 and len(backup.requests) == 1

@@ -742,6 +742,7 @@ class GeminiProvider(Provider):
             raw = await resp.read()
             raise from_http(resp.status, resp.headers, raw, upstream="Gemini", secrets=self._secrets())
         turn = GeminiTranslator(builder, self._reasoning_output)
+        start = builder.sequence_number
         try:
             if "json" in resp.headers.get("content-type", ""):
                 # Without alt=sse (a proxy dropped it) the stream endpoint answers with a JSON array.
@@ -767,6 +768,10 @@ class GeminiProvider(Provider):
             return
         finally:
             await resp.aclose()
+        if turn.error is not None and builder.sequence_number == start:
+            # The stream's first payload was an error: nothing has been sent, so it is still an HTTP
+            # error, which a fallback can act on (as for Anthropic's overloaded_error over HTTP 200).
+            raise turn.error
         turn.finish()
         yield
 

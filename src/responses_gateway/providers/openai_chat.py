@@ -878,6 +878,7 @@ class OpenAIChatProvider(Provider):
                 resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self._secrets()
             )
         turn = ChatTranslator(builder, self._reasoning_output)
+        start = builder.sequence_number
         try:
             if "json" in resp.headers.get("content-type", ""):
                 # A server that ignored ``stream: true`` answered with a whole chat.completion.
@@ -902,6 +903,10 @@ class OpenAIChatProvider(Provider):
             return
         finally:
             await resp.aclose()
+        if turn.error is not None and builder.sequence_number == start:
+            # The stream's first payload was an error: nothing has been sent, so it is still an HTTP
+            # error, which a fallback can act on (as for Anthropic's overloaded_error over HTTP 200).
+            raise turn.error
         turn.finish()
         yield
 
