@@ -210,3 +210,39 @@ def test_pitfall_19_thinking_stays_on_unless_a_tool_loop_lost_it() -> None:
     # Plain multi-turn text without calls keeps thinking.
     answer = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]}
     assert anthropic_body([ask, answer, {"role": "user", "content": "more"}])["thinking"]["type"] == "enabled"
+
+
+def test_pitfall_19_a_bare_reasoning_id_is_completed_from_the_store(
+    upstream: UpstreamMock, gateway: Callable[..., Gateway], tmp_path: Any
+) -> None:
+    """With the first turn stored, a reasoning item sent back with only its id gets its thinking back:
+    the store holds the item, so the upstream receives the thinking block and its signature unchanged
+    and thinking stays on."""
+    upstream.reset([fixture_reply(ANTHROPIC_TOOL), fixture_reply(ANTHROPIC_TEXT)])
+    provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant-p19", upstream_model="claude-x")
+    provider.name = "claude"
+    gw = gateway([provider], store_url=f"sqlite://{tmp_path}/gw.db", data_dir=str(tmp_path))
+    client = openai.OpenAI(base_url=gw.base_url, api_key="k", max_retries=0)
+    common: JSON = {"model": "claude", "tools": [FIXED_VERSION], "reasoning": {"effort": "low"}}
+    first = client.responses.create(input="Name a pelican", **common)
+    reasoning, call = first.output
+    assert reasoning.type == "reasoning" and call.type == "function_call"
+    first_blocks = upstream.requests[0].json
+    history: list[Any] = [
+        {"role": "user", "content": "Name a pelican"},
+        {"type": "reasoning", "id": reasoning.id, "summary": []},
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "Pete"},
+    ]
+    second = client.responses.create(input=history, **common)
+    assert second.status == "completed" and second.output_text
+    sent = upstream.requests[1].json
+    assert sent["thinking"]["type"] == "enabled" == first_blocks["thinking"]["type"]
+    thinking, tool_use = sent["messages"][1]["content"]
+    assert thinking["type"] == "thinking" and thinking["signature"]
+    assert tool_use["type"] == "tool_use"
+    # An id the store does not know is left as sent: the turn goes up without thinking, as before.
+    unknown = [history[0], {"type": "reasoning", "id": "rs_unknown", "summary": []}, *history[2:]]
+    upstream.reset([fixture_reply(ANTHROPIC_TEXT)])
+    assert client.responses.create(input=unknown, **common).status == "completed"
+    assert "thinking" not in upstream.requests[0].json

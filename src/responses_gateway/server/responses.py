@@ -260,7 +260,7 @@ class ResponsesAPI:
         if store is not None and (
             request.previous_response_id is not None
             or conversation_id is not None
-            or any(item.get("type") == "item_reference" for item in request.input)
+            or any(_needs_lookup(item) for item in request.input)
         ):
             try:
                 context, turn = await store.resolve_input(
@@ -522,3 +522,12 @@ def _conversation_id(request: ResponseRequest) -> str | None:
     if isinstance(conversation, dict) and isinstance(conversation.get("id"), str):
         return str(conversation["id"])
     return None
+
+
+def _needs_lookup(item: JSON) -> bool:
+    """An input item the store completes: an ``item_reference``, or a reasoning item sent back with
+    only its id (its thinking and signature are taken from the stored item of that id, if any)."""
+    kind = item.get("type")
+    if kind == "item_reference":
+        return True
+    return kind == "reasoning" and not item.get("encrypted_content") and isinstance(item.get("id"), str)

@@ -599,13 +599,25 @@ class Store:
         return [orjson.loads(text) for (text,) in rows]
 
     async def resolve_item_references(self, owner: str, items: list[JSON]) -> list[JSON]:
-        """``items`` with each ``item_reference`` replaced by the stored item it names."""
+        """``items`` with each ``item_reference`` replaced by the stored item it names.
+
+        A reasoning item sent back with its id but without its state (``encrypted_content``), as
+        clients do that keep only ids, is replaced by the stored item of that id when there is one,
+        so the upstream gets its thinking (and signature) back; an unknown id leaves it as sent.
+        """
         wanted = [(i, item["id"]) for i, item in enumerate(items) if item.get("type") == "item_reference"]
-        if not wanted:
+        bare = [
+            (i, item["id"])
+            for i, item in enumerate(items)
+            if item.get("type") == "reasoning"
+            and isinstance(item.get("id"), str)
+            and not item.get("encrypted_content")
+        ]
+        if not wanted and not bare:
             return items
         found: dict[str, JSON] = {}
         async with self.db.transaction() as tx:
-            for _index, item_id in wanted:
+            for _index, item_id in wanted + bare:
                 if item_id in found:
                     continue
                 row = await tx.fetchone(
@@ -627,6 +639,10 @@ class Store:
             if item_id not in found:
                 raise ItemReferenceNotFound(item_id, index)
             out[index] = found[item_id]
+        for index, item_id in bare:
+            stored = found.get(item_id)
+            if stored is not None and stored.get("type") == "reasoning":
+                out[index] = stored
         return out
 
     # ------------------------------------------------------------------------------ events
