@@ -1056,3 +1056,20 @@ def test_the_end_of_a_response_survives_a_database_hiccup(tmp_path: Path) -> Non
             await store.close()
 
     assert run(scenario()) == "completed"
+
+
+def test_without_a_store_responses_do_not_claim_to_be_stored() -> None:
+    """``--store none``: the response says ``store: false`` (nothing was kept), in the stream and in the
+    body, and it cannot be read back."""
+    gw = start_gateway([ScriptedProvider([{"message": "ok"}], name="m")])
+    try:
+        client = sdk(gw)
+        body = client.responses.create(model="m", input="hi")
+        assert body.store is False
+        with client.responses.stream(model="m", input="hi") as stream:
+            events = [e.model_dump(warnings=False) for e in stream]
+        assert all(e["response"]["store"] is False for e in events if "response" in e)
+        with http() as h:
+            assert h.get(gw.url(f"/v1/responses/{body.id}")).status_code == 404
+    finally:
+        gw.stop()

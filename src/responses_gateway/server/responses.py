@@ -280,7 +280,11 @@ class ResponsesAPI:
         except ProviderError as exc:
             raise HTTPError.from_provider_error(exc) from None
         seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
-        builder = StreamBuilder(new_response(request.model, **request.echo()))
+        echo = request.echo()
+        if store is None:
+            # Nothing is kept without a store: the response must not claim it was stored.
+            echo["store"] = False
+        builder = StreamBuilder(new_response(request.model, **echo))
         config = app.config
         if store is None or not request.store:
             builder.start()
