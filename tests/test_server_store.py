@@ -1073,3 +1073,26 @@ def test_without_a_store_responses_do_not_claim_to_be_stored() -> None:
             assert h.get(gw.url(f"/v1/responses/{body.id}")).status_code == 404
     finally:
         gw.stop()
+
+
+def test_sealed_state_is_the_same_everywhere_in_one_stream(stored: Callable[..., Gateway]) -> None:
+    """Sealing is randomized, but within one stream an item's state is sealed once: ``output_item.done``
+    and the final response show the same ``encrypted_content`` (a client diffing them sees no change)."""
+    gw = stored([ScriptedProvider(TOOL_SCRIPT, name="m")])
+    client = sdk(gw)
+    for store in (True, False):
+        with client.responses.stream(
+            model="m",
+            input="weather?",
+            tools=[WEATHER_TOOL],
+            store=store,
+            include=["reasoning.encrypted_content"],
+        ) as stream:
+            events = [e.model_dump(warnings=False) for e in stream]
+        done = [
+            e["item"]["encrypted_content"]
+            for e in events
+            if e["type"] == "response.output_item.done" and e["item"]["type"] == "reasoning"
+        ]
+        final = events[-1]["response"]["output"][0]["encrypted_content"]
+        assert done == [final] and final.startswith("rgs1.") and "state-1" not in final

@@ -75,8 +75,12 @@ def _reasoning_state(item: Any) -> str | None:
     return None
 
 
-def _present_item(item: JSON, sealer: Sealer | None, owner: str) -> JSON:
-    """``item`` with its reasoning state sealed (``sealer``) or removed (None); the same object if neither."""
+def _present_item(item: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None) -> JSON:
+    """``item`` with its reasoning state sealed (``sealer``) or removed (None); the same object if neither.
+
+    ``memo`` keeps one sealed text per state, so within one stream the same item shows the same
+    ``encrypted_content`` in ``output_item.done`` and in the final response (sealing is randomized).
+    """
     state = _reasoning_state(item)
     if state is None:
         return item
@@ -84,39 +88,50 @@ def _present_item(item: JSON, sealer: Sealer | None, owner: str) -> JSON:
         return {k: v for k, v in item.items() if k != "encrypted_content"}
     if sealer.is_sealed(state):
         return item
-    return {**item, "encrypted_content": sealer.seal(state, context=owner)}
+    sealed = memo.get(state) if memo is not None else None
+    if sealed is None:
+        sealed = sealer.seal(state, context=owner)
+        if memo is not None:
+            memo[state] = sealed
+    return {**item, "encrypted_content": sealed}
 
 
-def _present_event(event: JSON, sealer: Sealer | None, owner: str) -> JSON:
+def _present_event(event: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None) -> JSON:
     if event.get("type") in _ITEM_EVENTS:
         item = event.get("item")
         if isinstance(item, dict):
-            shown = _present_item(item, sealer, owner)
+            shown = _present_item(item, sealer, owner, memo)
             if shown is not item:
                 return {**event, "item": shown}
         return event
     response = event.get("response")
     if isinstance(response, dict):
-        shown_response = _present_response(response, sealer, owner)
+        shown_response = _present_response(response, sealer, owner, memo)
         if shown_response is not response:
             return {**event, "response": shown_response}
     return event
 
 
-def _present_response(response: JSON, sealer: Sealer | None, owner: str) -> JSON:
+def _present_response(
+    response: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None
+) -> JSON:
     output = response.get("output")
     if not isinstance(output, list) or not any(_reasoning_state(item) for item in output):
         return response
-    return {**response, "output": [_present_item(item, sealer, owner) for item in output]}
+    return {**response, "output": [_present_item(item, sealer, owner, memo) for item in output]}
 
 
 def presenter(sealer: Sealer | None, owner: str) -> Seal:
-    """Rewrites events for the client: reasoning state sealed (or removed, without a sealer)."""
+    """Rewrites events for the client: reasoning state sealed (or removed, without a sealer).
+
+    One presenter serves one stream: an item's state is sealed once and shown the same everywhere.
+    """
+    memo: dict[str, str] = {}
 
     def present(events: list[JSON]) -> list[JSON]:
         out = events
         for index, event in enumerate(events):
-            shown = _present_event(event, sealer, owner)
+            shown = _present_event(event, sealer, owner, memo)
             if shown is not event:
                 if out is events:
                     out = list(events)
