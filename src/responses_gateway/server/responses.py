@@ -96,7 +96,9 @@ def _present_item(item: JSON, sealer: Sealer | None, owner: str, memo: dict[str,
     return {**item, "encrypted_content": sealed}
 
 
-def _present_event(event: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None) -> JSON:
+def _present_event(
+    event: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None
+) -> JSON:
     if event.get("type") in _ITEM_EVENTS:
         item = event.get("item")
         if isinstance(item, dict):
