@@ -226,9 +226,12 @@ def ensure_venv(venv: Path, packages: list[str], probe: str, install: bool) -> s
     return None
 
 
-def gateway_config(path: Path, mock: int, pool_limit: int | None = None) -> None:
+def gateway_config(
+    path: Path, mock: int, pool_limit: int | None = None, *, check_upstream: bool = True
+) -> None:
     """The models file ``responses-gateway serve --config`` runs with (``pool_limit``: a what-if cap on
-    the upstream connection pool, total and per host; default unlimited)."""
+    the upstream connection pool, total and per host; default unlimited; ``check_upstream``: the
+    passthrough's upstream stream checker, on by default as in serve)."""
     base = f"http://127.0.0.1:{mock}/v1"
     rows = []
     for name, provider, upstream in (
@@ -241,6 +244,8 @@ def gateway_config(path: Path, mock: int, pool_limit: int | None = None) -> None
             f"  - name: {name}\n    provider: {provider}\n    upstream_model: {upstream}\n"
             f"    base_url: {base}\n    api_key_env: RG_BENCH_UPSTREAM_KEY\n    retries: 0\n"
         )
+        if provider == "openai" and not check_upstream:
+            rows[-1] += "    options: {check_upstream: false}\n"
     upstream = ""
     if pool_limit:
         upstream = f"upstream:\n  pool_limit: {pool_limit}\n  pool_limit_per_host: {pool_limit}\n"
@@ -413,6 +418,11 @@ def main() -> int:
         help="the gateway's response store (default none: this measures the relay; bench/store.py measures "
         "what storing adds); e.g. sqlite:///tmp/bench.db",
     )
+    p.add_argument(
+        "--gateway-no-upstream-check",
+        action="store_true",
+        help="what-if: run the passthrough without its upstream stream checker (check_upstream: false)",
+    )
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-install", action="store_true", help="never pip install (LiteLLM, matplotlib)")
     p.add_argument("--no-plot", action="store_true")
@@ -505,13 +515,17 @@ def main() -> int:
         if gw_wanted:
             port = free_port()
             cfg = tmp / "gateway.yaml"
-            gateway_config(cfg, mock_port, a.gateway_pool_limit)
+            gateway_config(
+                cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
+            )
             exe = Path(PY).parent / "responses-gateway"
             argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
             argv += ["--no-local", "--log-level", "warning"]
             results["gateway_launcher"] = "responses-gateway serve --config"
             if a.gateway_store != "none":
                 results["gateway_launcher"] += f" (store {a.gateway_store})"
+            if a.gateway_no_upstream_check:
+                results["gateway_launcher"] += " (what-if: check_upstream false)"
             if a.gateway_pool_limit:
                 results["gateway_launcher"] += (
                     f" (what-if: upstream pool_limit {a.gateway_pool_limit}, as --gateway-pool-limit asked)"
