@@ -206,3 +206,22 @@ def test_concurrent_streams_do_not_mix(gateway: Callable[..., Gateway]) -> None:
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == f"r{i}-a"
         ids.add(events[-1]["response"]["id"])
     assert len(ids) == 6
+
+
+@pytest.mark.parametrize("spelling", ["reasoning_text", "reasoning"])
+def test_raw_reasoning_event_names_follow_the_server_option(
+    gateway: Callable[..., Gateway], spelling: str
+) -> None:
+    """``--raw-reasoning-events``: OpenAI's ``response.reasoning_text.*`` (default) or the Open Responses
+    spec's ``response.reasoning.*``; the strict spec profile of the checker accepts only the latter."""
+    script = [{"reasoning": {"text": ["Let me ", "think."]}}, {"message": "ok"}]
+    gw = gateway([ScriptedProvider(script, name="m")], raw_reasoning=spelling)
+    events = stream_events(gw.url("/v1/responses"), {"model": "m", "input": "hi", "stream": True})
+    types = {e["type"] for e in events}
+    assert f"response.{spelling}.delta" in types and f"response.{spelling}.done" in types
+    other = "reasoning" if spelling == "reasoning_text" else "reasoning_text"
+    assert f"response.{other}.delta" not in types
+    assert check(events) == []
+    assert (check(events, profile="strict-spec") == []) == (spelling == "reasoning")
+    done = next(e for e in events if e["type"] == f"response.{spelling}.done")
+    assert done["text"] == "Let me think."

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
+# Raw reasoning text events: OpenAI's ``response.reasoning_text.delta`` (what Codex and the openai SDK
+# read) or the Open Responses spec's ``response.reasoning.delta``.
+RawReasoningEvents = Literal["reasoning_text", "reasoning"]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
@@ -29,10 +32,13 @@ class ServerConfig:
     data_dir: str | None = None
     # How long POST /v1/responses/{id}/cancel waits for the running response to stop.
     cancel_wait: float = 5.0
+    raw_reasoning: RawReasoningEvents = "reasoning_text"
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
             raise ValueError(f"keepalive must be in_progress, ping, comment or off, not {self.keepalive!r}")
+        if self.raw_reasoning not in ("reasoning_text", "reasoning"):
+            raise ValueError(f"raw_reasoning must be reasoning_text or reasoning, not {self.raw_reasoning!r}")
         if self.keepalive_interval <= 0:
             raise ValueError("keepalive_interval must be positive")
         if self.max_body_bytes <= 0:

@@ -301,8 +301,8 @@ class ResponsesAPI:
         if store is None:
             # Nothing is kept without a store: the response must not claim it was stored.
             echo["store"] = False
-        builder = StreamBuilder(new_response(request.model, **echo))
         config = app.config
+        builder = StreamBuilder(new_response(request.model, **echo), raw_reasoning=config.raw_reasoning)
         if store is None or not request.store:
             builder.start()
             if request.stream:

@@ -117,6 +117,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
     parser.add_argument(
+        "--raw-reasoning-events",
+        choices=("reasoning_text", "reasoning"),
+        default="reasoning_text",
+        help="event names for raw reasoning text: reasoning_text (response.reasoning_text.delta, as OpenAI "
+        "and Codex; default) or reasoning (response.reasoning.delta, the Open Responses spec's spelling)",
+    )
+    parser.add_argument(
         "--shutdown-timeout",
         type=float,
         default=10.0,
@@ -181,6 +188,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         store_url=store_url,
         redis_url=redis_url,
         data_dir=data_dir,
+        raw_reasoning=args.raw_reasoning_events,
     )
     return GatewayApp(build_registry(args), config, preload=args.preload)
 
