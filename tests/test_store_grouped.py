@@ -14,7 +14,7 @@ import pytest
 
 from responses_gateway.protocol.builder import StreamBuilder
 from responses_gateway.protocol.response import new_response
-from responses_gateway.store import ResponseNotFound, Store
+from responses_gateway.store import ItemReferenceNotFound, ResponseNotFound, Store
 from test_store_services import run
 from test_store_suite import OWNER, opened, store_url, user
 
@@ -106,5 +106,40 @@ def test_creates_at_the_same_moment_fail_alone(store_url: str) -> None:
                 assert stored["status"] == "in_progress"
                 items = await store.list_input_items(OWNER, snap["id"])
                 assert [item["content"][0]["text"] for item in items["data"]] == ["x"]
+
+    run(main())
+
+
+def test_an_end_writes_status_events_and_output_items_together(store_url: str) -> None:
+    """The end (one trip on SQLite): final status, every event and the output items, owned by the
+    response's owner, so an item_reference to an output item resolves for that owner only."""
+
+    async def main() -> None:
+        async with opened(store_url) as store:
+            builder, rid = await _start(store, "q")
+            recorder = store.recorder(rid)
+            recorder.add_nowait(builder.take())
+            builder.message("the answer")
+            builder.complete()
+            await recorder.add(builder.take())
+            final = await store.get_response(OWNER, rid)
+            assert final["status"] == "completed"
+            assert (await _stored_seqs(store))[rid] == list(range(recorder.recorded))
+            item_id = final["output"][0]["id"]
+            resolved = await store.resolve_item_references(OWNER, [{"type": "item_reference", "id": item_id}])
+            assert resolved[0]["content"][0]["text"] == "the answer"
+            with pytest.raises(ItemReferenceNotFound):
+                await store.resolve_item_references(
+                    "someone-else", [{"type": "item_reference", "id": item_id}]
+                )
+            # An end for a response that is gone writes nothing (and does not fail).
+            other, gone = await _start(store, "r")
+            late = store.recorder(gone)
+            late.add_nowait(other.take())
+            await store.delete_response(OWNER, gone)
+            other.message("late")
+            other.complete()
+            await late.add(other.take())
+            assert gone not in await _stored_seqs(store)
 
     run(main())

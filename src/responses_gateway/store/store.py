@@ -66,6 +66,11 @@ _INSERT_EVENT_IF_RUNNING = (
     "INSERT INTO rg_events (response_id, seq, event) SELECT ?, ?, ? WHERE EXISTS"
     " (SELECT 1 FROM rg_responses WHERE id = ? AND status IN ('queued', 'in_progress'))"
 )
+# A response still running and in no conversation (the one-trip end on SQLite).
+_RUNNING_ALONE = (
+    "SELECT 1 FROM rg_responses WHERE id = ? AND status IN ('queued', 'in_progress')"
+    " AND conversation_id IS NULL"
+)
 _INSERT_ITEM = "INSERT INTO rg_items (response_id, kind, position, id, owner, item) VALUES (?, ?, ?, ?, ?, ?)"
 _CRASH_MESSAGE = "The gateway instance running this response stopped before it finished."
 
@@ -784,6 +789,13 @@ class Store:
         """Append events and apply the latest lifecycle snapshot among them, in one transaction."""
         snapshot = final if final is not None else _snapshot_of(events)
         async with self.db.transaction() as tx:
+            if (
+                self.db.dialect == "sqlite"
+                and snapshot is not None
+                and snapshot.get("status") in TERMINAL
+                and await self._end_in_one_trip(tx, response_id, events, snapshot)
+            ):
+                return True
             row = await tx.fetchone(
                 "SELECT status, owner, conversation_id FROM rg_responses WHERE id = ?" + self.db.for_update,
                 response_id,
@@ -808,6 +820,48 @@ class Store:
                         response_id,
                     )
         return True
+
+    async def _end_in_one_trip(self, tx: Tx, response_id: str, events: list[JSON], response: JSON) -> bool:
+        """The end of a running response outside any conversation, as one trip to the SQLite thread.
+
+        What :meth:`_write_events` + :meth:`_write_final` do, with every statement checking for itself
+        that the response is still running and in no conversation (``BEGIN IMMEDIATE`` holds the file's
+        write lock, so that cannot change in between); the final UPDATE comes last and says whether it
+        all applied. False: nothing was written (the caller goes the general way, same transaction).
+        """
+        args = (response_id,)
+        outputs = [_with_id(item) for item in response.get("output") or []]
+        await tx.write(
+            "DELETE FROM rg_items WHERE response_id = ? AND kind = 1 AND EXISTS (" + _RUNNING_ALONE + ")",
+            response_id,
+            *args,
+        )
+        if outputs:
+            await tx.writemany(
+                "INSERT INTO rg_items (response_id, kind, position, id, owner, item)"
+                " SELECT ?, ?, ?, ?, owner, ? FROM rg_responses WHERE id = ?"
+                " AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
+                [
+                    (response_id, _OUTPUT, i, it["id"], _dumps(it), response_id)
+                    for i, it in enumerate(outputs)
+                ],
+            )
+        if events:
+            await tx.writemany(
+                "INSERT INTO rg_events (response_id, seq, event) SELECT ?, ?, ? WHERE EXISTS ("
+                + _RUNNING_ALONE
+                + ")",
+                [(response_id, int(e["sequence_number"]), _dumps(e), response_id) for e in events],
+            )
+        changed = await tx.execute(
+            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
+            " WHERE id = ? AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
+            response["status"],
+            _dumps(response),
+            time.time(),
+            response_id,
+        )
+        return changed > 0
 
     async def _write_final(
         self, tx: Tx, response_id: str, response: JSON, *, owner: tuple[Any, Any] | None = None
