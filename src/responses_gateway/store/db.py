@@ -11,6 +11,7 @@ import asyncio
 import re
 import sqlite3
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -63,8 +64,13 @@ class Database(ABC):
     for_update: str = ""
 
     @abstractmethod
-    def transaction(self) -> Any:
-        """``async with db.transaction() as tx``: commit on success, roll back on an exception."""
+    def transaction(self, *, first: bool = False) -> Any:
+        """``async with db.transaction() as tx``: commit on success, roll back on an exception.
+
+        ``first``: where transactions wait for one another (SQLite's one connection), this one goes
+        ahead of the waiting ones that did not ask (it still waits for the one in flight). For writes
+        a request is waiting on before its first event; nothing else may rely on their order.
+        """
 
     @abstractmethod
     async def open(self) -> None: ...
@@ -137,7 +143,7 @@ class SqliteDatabase(Database):
         # One thread owns the connection: sqlite3 objects must not hop threads mid-transaction.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rg-sqlite")
         self._conn: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._lock = _TwoLaneLock()
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn
@@ -168,8 +174,9 @@ class SqliteDatabase(Database):
         self._thread.shutdown(wait=True)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Tx]:
-        async with self._lock:
+    async def transaction(self, *, first: bool = False) -> AsyncIterator[Tx]:
+        await self._lock.acquire(first)
+        try:
             tx = _SqliteTx(self)
             try:
                 yield tx
@@ -178,6 +185,44 @@ class SqliteDatabase(Database):
                 # Whatever reached the thread is undone (a trip still running there finishes first).
                 await asyncio.shield(self.call(_rollback))
                 raise
+        finally:
+            self._lock.release()
+
+
+class _TwoLaneLock:
+    """A FIFO lock with a second lane served first (see ``Database.transaction``'s ``first``)."""
+
+    __slots__ = ("_first", "_held", "_rest")
+
+    def __init__(self) -> None:
+        self._held = False
+        self._first: deque[asyncio.Future[None]] = deque()
+        self._rest: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self, first: bool = False) -> None:
+        if not self._held and not self._first and not self._rest:
+            self._held = True
+            return
+        lane = self._first if first else self._rest
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        lane.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed over just as the caller was cancelled: pass it on
+            elif waiter in lane:
+                lane.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        for lane in (self._first, self._rest):
+            while lane:
+                waiter = lane.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)  # stays held: ownership passes to that waiter
+                    return
+        self._held = False
 
 
 # ------------------------------------------------------------------------------------------ PostgreSQL
@@ -233,7 +278,7 @@ class PostgresDatabase(Database):
             await pool.close()
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Tx]:
+    async def transaction(self, *, first: bool = False) -> AsyncIterator[Tx]:
         if self._pool is None:
             raise RuntimeError("the PostgreSQL store is not open")
         async with self._pool.acquire() as conn, conn.transaction():

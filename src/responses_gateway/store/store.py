@@ -439,7 +439,9 @@ class Store:
                 self._created(entry)
 
     async def _insert_responses(self, batch: list[_Create]) -> None:
-        async with self.db.transaction() as tx:
+        # Requests wait on this before their first event: it goes ahead of queued ends and group
+        # writes (none of which can concern a response not created yet).
+        async with self.db.transaction(first=True) as tx:
             await tx.writemany(_INSERT_RESPONSE, [row for row, _, _ in batch])
             items = [item for _, rows, _ in batch for item in rows]
             if items:
