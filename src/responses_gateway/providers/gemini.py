@@ -7,6 +7,8 @@ every mapping and judgment call; the short version:
 - text parts -> message text; ``thought: true`` parts -> a reasoning item's summary.
 - ``functionCall`` parts arrive whole (Gemini API) or streamed as ``partialArgs`` (Vertex with
   ``streamFunctionCallArguments``); either becomes one ``function_call`` with JSON arguments.
+- a ``custom`` tool (Codex's ``apply_patch``) is declared as a function taking one string ``input``;
+  its calls come back as ``custom_tool_call`` items (Vertex's streamed ``$.input`` pieces stream out).
 - ``thoughtSignature`` (on a call or on a text part) is kept in the ``encrypted_content`` of a
   reasoning item of the same turn (one is emitted, with an empty summary, when the model streamed no
   thoughts) and put back on the same part next turn: Gemini 3 refuses function calls without it.
@@ -37,6 +39,13 @@ from ..protocol.request import JSON, ResponseRequest
 from ..protocol.response import new_id
 from ..protocol.sse import SSEDecoder
 from .base import Capabilities, Provider, ProviderError
+from .custom_tools import (
+    INPUT_KEY,
+    custom_description,
+    custom_input,
+    custom_parameters,
+    custom_tool_names,
+)
 from .transport import Timeouts, Transport
 from .upstream_errors import from_error_payload, from_http, redact_url
 
@@ -76,7 +85,7 @@ EFFORT_LEVELS: dict[str, str] = {
 WEB_SEARCH_TOOLS = frozenset(
     {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26"}
 )
-SUPPORTED_TOOLS = frozenset({"function", *WEB_SEARCH_TOOLS})
+SUPPORTED_TOOLS = frozenset({"function", "custom", *WEB_SEARCH_TOOLS})
 
 _FILTERED = frozenset(
     {
@@ -93,6 +102,8 @@ _FILTERED = frozenset(
 )
 _COMPLETED = frozenset({"STOP", "FINISH_REASON_UNSPECIFIED"})
 _STATE_PREFIX = "rggem1."
+# Where Vertex's streamed partialArgs put a custom tool's one string argument.
+_INPUT_PATH = f"$.{INPUT_KEY}"
 _DATA_URL = re.compile(r"^data:([^;,]+)?((?:;[^;,]*)*?);base64,(.*)$", re.S)
 
 
@@ -217,9 +228,13 @@ class _Contents:
         call_id = str(item.get("call_id"))
         name = str(item.get("name", ""))
         self._names[call_id] = name
-        self.add(
-            "model", [{"functionCall": {"id": call_id, "name": name, "args": _args(item.get("arguments"))}}]
-        )
+        if item.get("type") == "custom_tool_call":
+            # A custom tool is a function with one string argument upstream (see _declaration).
+            raw = item.get("input")
+            args: JSON = {INPUT_KEY: raw if isinstance(raw, str) else ""}
+        else:
+            args = _args(item.get("arguments"))
+        self.add("model", [{"functionCall": {"id": call_id, "name": name, "args": args}}])
 
     def result(self, item: JSON) -> None:
         call_id = str(item.get("call_id"))
@@ -280,15 +295,29 @@ def _convert_input(items: list[JSON]) -> tuple[list[str], list[JSON]]:
                 out.add("user", _user_parts(parts, f"{param}.content"))
         elif kind == "reasoning":
             out.reasoning(item)
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             out.call(item)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             out.result(item)
-        elif kind in ("custom_tool_call", "custom_tool_call_output"):
-            raise _unsupported("Custom tool calls are not supported by the Gemini back end.", f"{param}.type")
         # Built-in tool call items from another back end carry nothing Gemini can take back.
     contents = out.finish()
     return out.system, contents
+
+
+def _declaration(tool: JSON) -> JSON:
+    """A function declaration; a custom tool takes its input as one string (its grammar described)."""
+    decl: JSON = {"name": tool["name"]}
+    if tool["type"] == "custom":
+        description = custom_description(tool)
+        if description:
+            decl["description"] = description
+        decl["parametersJsonSchema"] = custom_parameters()
+        return decl
+    if tool.get("description"):
+        decl["description"] = tool["description"]
+    if tool.get("parameters"):
+        decl["parametersJsonSchema"] = tool["parameters"]
+    return decl
 
 
 def _thinking_style(style: ThinkingStyle, model: str) -> Literal["level", "budget"]:
@@ -313,14 +342,14 @@ def build_gemini_body(
     if system:
         body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
     choice = request.tool_choice
-    functions = [t for t in request.tools if t.get("type") == "function"]
+    functions = [t for t in request.tools if t.get("type") in ("function", "custom")]
     mode = "AUTO"
     allowed: list[str] | None = None
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         names = {t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)}
         functions = [t for t in functions if t["name"] in names]
         mode = "ANY" if choice.get("mode") == "required" else "AUTO"
-    elif isinstance(choice, dict) and choice.get("type") == "function":
+    elif isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         mode, allowed = "ANY", [str(choice.get("name"))]
     elif choice == "required":
         mode = "ANY"
@@ -328,15 +357,7 @@ def build_gemini_body(
         mode = "NONE"
     tools: list[JSON] = []
     if functions:
-        declarations = []
-        for tool in functions:
-            decl: JSON = {"name": tool["name"]}
-            if tool.get("description"):
-                decl["description"] = tool["description"]
-            if tool.get("parameters"):
-                decl["parametersJsonSchema"] = tool["parameters"]
-            declarations.append(decl)
-        tools.append({"functionDeclarations": declarations})
+        tools.append({"functionDeclarations": [_declaration(t) for t in functions]})
     if any(t.get("type") in WEB_SEARCH_TOOLS for t in request.tools):
         tools.append({"googleSearch": {}})
     if tools:
@@ -436,14 +457,24 @@ class _Streaming:
 
     item: Item
     args: JSON = field(default_factory=dict)
+    # A custom tool's call: the input text sent as deltas so far.
+    custom: bool = False
+    streamed: list[str] = field(default_factory=list)
 
 
 class GeminiTranslator:
     """GenerateContentResponse chunks in, StreamBuilder calls out (sans-IO)."""
 
-    def __init__(self, builder: StreamBuilder, reasoning_output: ReasoningOutput = "summary") -> None:
+    def __init__(
+        self,
+        builder: StreamBuilder,
+        reasoning_output: ReasoningOutput = "summary",
+        custom_tools: frozenset[str] = frozenset(),
+    ) -> None:
         self.b = builder
         self.reasoning_output = reasoning_output
+        # Names of the request's custom tools: their calls become custom_tool_call items.
+        self.custom_tools = custom_tools
         self.message: Item | None = None
         self.reasoning: Item | None = None
         self._signatures: list[JSON] = []
@@ -518,8 +549,14 @@ class GeminiTranslator:
         if streaming is not None and not name:
             for arg in call.get("partialArgs") or []:
                 present, value = _partial_value(arg) if isinstance(arg, dict) else (False, None)
-                if present:
-                    _set_path(streaming.args, str(arg.get("jsonPath", "")), value, append=True)
+                if not present:
+                    continue
+                path = str(arg.get("jsonPath", ""))
+                _set_path(streaming.args, path, value, append=True)
+                if streaming.custom and path == _INPUT_PATH and isinstance(value, str) and value:
+                    self.b.custom_input_delta(streaming.item, value)
+                    streaming.streamed.append(value)
+                    self.dirty = True
             if not call.get("willContinue"):
                 self._end_streaming()
             return
@@ -534,12 +571,20 @@ class GeminiTranslator:
             self._signatures.append({"signature": signature, "call_id": call_id})
         self._close_message()
         self._close_reasoning(force=signature is not None)
-        item = self.b.open_function_call(str(name or ""), call_id=call_id)
-        self.dirty = True
-        if call.get("willContinue"):
-            self._streaming = _Streaming(item, dict(call.get("args") or {}))
-            return
         args = call.get("args")
+        self.dirty = True
+        if str(name) in self.custom_tools:
+            item = self.b.open_custom_tool_call(str(name), call_id=call_id)
+            if call.get("willContinue"):
+                self._streaming = _Streaming(item, dict(args or {}), custom=True)
+                return
+            self.b.custom_input_delta(item, custom_input(args if isinstance(args, dict) else {}))
+            self.b.close_custom_tool_call(item)
+            return
+        item = self.b.open_function_call(str(name or ""), call_id=call_id)
+        if call.get("willContinue"):
+            self._streaming = _Streaming(item, dict(args or {}))
+            return
         if isinstance(args, dict):
             self.b.arguments_delta(item, orjson.dumps(args).decode())
         self.b.close_function_call(item)
@@ -548,9 +593,16 @@ class GeminiTranslator:
         streaming, self._streaming = self._streaming, None
         if streaming is None:
             return
+        self.dirty = True
+        if streaming.custom:
+            # What streamed as $.input pieces, then whatever the whole arguments add to it.
+            sent = "".join(streaming.streamed)
+            final = custom_input(streaming.args)
+            self.b.custom_input_delta(streaming.item, final[len(sent) :] if final.startswith(sent) else "")
+            self.b.close_custom_tool_call(streaming.item)
+            return
         self.b.arguments_delta(streaming.item, orjson.dumps(streaming.args).decode())
         self.b.close_function_call(streaming.item)
-        self.dirty = True
 
     # ------------------------------------------------------------------ closing
     def _close_reasoning(self, *, force: bool = False) -> None:
@@ -719,7 +771,7 @@ class GeminiProvider(Provider):
                     f"tools[{i}].filters.allowed_domains",
                 )
         choice = request.tool_choice
-        if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
+        if isinstance(choice, dict) and choice.get("type") not in ("function", "custom", "allowed_tools"):
             raise _unsupported(
                 f"tool_choice '{choice.get('type')}' is not supported here.", "tool_choice.type"
             )
@@ -741,7 +793,7 @@ class GeminiProvider(Provider):
         if resp.status >= 400:
             raw = await resp.read()
             raise from_http(resp.status, resp.headers, raw, upstream="Gemini", secrets=self._secrets())
-        turn = GeminiTranslator(builder, self._reasoning_output)
+        turn = GeminiTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
         start = builder.sequence_number
         try:
             if "json" in resp.headers.get("content-type", ""):

@@ -13,6 +13,8 @@ mapping and judgment call; the short version:
   text. The text, the field it came in and OpenRouter's details (with their signatures) travel in
   ``encrypted_content`` and go back in the same field next turn (DeepSeek refuses tool loops without
   its ``reasoning_content``).
+- a ``custom`` tool (Codex's ``apply_patch``) goes up as a function taking one string ``input``; its
+  calls come back as ``custom_tool_call`` items whose input streams out of the argument deltas.
 - tool-call fragments are keyed by ``index``; a new ``id`` at a known index starts a new call (servers
   that repeat index 0); the name is set once; a call whose name comes later waits for it.
 - nothing is final before ``[DONE]`` (or the end of the body): usage arrives after ``finish_reason``.
@@ -33,6 +35,13 @@ from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.sse import SSEDecoder
 from .base import Capabilities, Provider, ProviderError
+from .custom_tools import (
+    InputStream,
+    custom_arguments,
+    custom_description,
+    custom_parameters,
+    custom_tool_names,
+)
 from .transport import Timeouts, Transport
 from .upstream_errors import from_error_payload, from_http, redact_url
 
@@ -264,7 +273,20 @@ def _convert_input(items: list[JSON], dialect: ChatDialect) -> list[JSON]:
                     },
                 }
             )
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            # A custom tool is a function with one string argument upstream (see _custom_tool).
+            message = conv.assistant()
+            message.setdefault("tool_calls", []).append(
+                {
+                    "id": str(item.get("call_id")),
+                    "type": "function",
+                    "function": {
+                        "name": str(item.get("name", "")),
+                        "arguments": custom_arguments(item.get("input")),
+                    },
+                }
+            )
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             conv.other(
                 {
                     "role": "tool",
@@ -272,8 +294,6 @@ def _convert_input(items: list[JSON], dialect: ChatDialect) -> list[JSON]:
                     "content": _tool_output(item.get("output"), f"{param}.output"),
                 }
             )
-        elif kind in ("custom_tool_call", "custom_tool_call_output"):
-            raise _unsupported("Custom tool calls are not supported by this back end.", f"{param}.type")
         # Built-in tool call items from another back end carry nothing a chat server can take back.
     return conv.finish()
 
@@ -288,8 +308,18 @@ def _function_tool(tool: JSON) -> JSON:
     return {"type": "function", "function": function}
 
 
+def _custom_tool(tool: JSON) -> JSON:
+    """A custom tool as a function taking its input as one string (its grammar described, not enforced)."""
+    function: JSON = {"name": tool["name"]}
+    description = custom_description(tool)
+    if description:
+        function["description"] = description
+    function["parameters"] = custom_parameters()
+    return {"type": "function", "function": function}
+
+
 def _tools_and_choice(request: ResponseRequest) -> tuple[list[JSON], str | JSON | None]:
-    tools = [t for t in request.tools if t.get("type") == "function"]
+    tools = [t for t in request.tools if t.get("type") in ("function", "custom")]
     choice = request.tool_choice
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         # Portable form of allowed_tools: only the allowed functions are offered at all.
@@ -301,7 +331,7 @@ def _tools_and_choice(request: ResponseRequest) -> tuple[list[JSON], str | JSON 
         wire = {"type": "function", "function": {"name": choice.get("name")}}
     else:
         wire = None if choice == "auto" else choice
-    return [_function_tool(t) for t in tools], wire
+    return [_custom_tool(t) if t["type"] == "custom" else _function_tool(t) for t in tools], wire
 
 
 def _max_tokens_field(dialect: ChatDialect, base_url: str) -> str:
@@ -418,6 +448,8 @@ class _Call:
     name: str = ""
     pending: list[str] = field(default_factory=list)
     item: Item | None = None
+    # For a custom tool's call: its input, read out of the argument JSON as it streams.
+    custom: InputStream | None = None
 
 
 def _logprobs(choice: JSON) -> list[JSON] | None:
@@ -451,9 +483,16 @@ def _logprobs(choice: JSON) -> list[JSON] | None:
 class ChatTranslator:
     """Chat completion chunks in, StreamBuilder calls out (sans-IO)."""
 
-    def __init__(self, builder: StreamBuilder, reasoning_output: ReasoningOutput = "summary") -> None:
+    def __init__(
+        self,
+        builder: StreamBuilder,
+        reasoning_output: ReasoningOutput = "summary",
+        custom_tools: frozenset[str] = frozenset(),
+    ) -> None:
         self.b = builder
         self.reasoning_output = reasoning_output
+        # Names of the request's custom tools: their calls become custom_tool_call items.
+        self.custom_tools = custom_tools
         self.message: Item | None = None
         self.reasoning: Item | None = None
         self._reasoning_text: list[str] = []
@@ -684,11 +723,18 @@ class ChatTranslator:
         if call.item is None and call.name:
             self._close_reasoning()
             self._close_message()
-            call.item = self.b.open_function_call(call.name, call_id=call.call_id)
+            if call.name in self.custom_tools:
+                call.custom = InputStream()
+                call.item = self.b.open_custom_tool_call(call.name, call_id=call.call_id)
+            else:
+                call.item = self.b.open_function_call(call.name, call_id=call.call_id)
             self.dirty = True
         if call.item is not None and call.pending:
             for piece in call.pending:
-                self.b.arguments_delta(call.item, piece)
+                if call.custom is not None:
+                    self.b.custom_input_delta(call.item, call.custom.feed(piece))
+                else:
+                    self.b.arguments_delta(call.item, piece)
             call.pending = []
             self.dirty = True
 
@@ -704,7 +750,12 @@ class ChatTranslator:
                 call.item = self.b.open_function_call(call.name, call_id=call.call_id)
                 for piece in call.pending:
                     self.b.arguments_delta(call.item, piece)
-            if call.item.open:
+            if not call.item.open:
+                continue
+            if call.custom is not None:
+                self.b.custom_input_delta(call.item, call.custom.finish())
+                self.b.close_custom_tool_call(call.item, status=status)
+            else:
                 self.b.close_function_call(call.item, status=status)
         self.dirty = True
 
@@ -805,7 +856,7 @@ class OpenAIChatProvider(Provider):
         reasoning=True,
         structured_output=True,
         images=True,
-        tool_types=frozenset({"function"}),
+        tool_types=frozenset({"function", "custom"}),
     )
 
     def __init__(
@@ -851,13 +902,13 @@ class OpenAIChatProvider(Provider):
 
     def check_request(self, request: ResponseRequest) -> None:
         for i, tool in enumerate(request.tools):
-            if tool.get("type") != "function":
+            if tool.get("type") not in ("function", "custom"):
                 raise _unsupported(
                     f"Tool type '{tool.get('type')}' is not supported by the Chat Completions back end.",
                     f"tools[{i}].type",
                 )
         choice = request.tool_choice
-        if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
+        if isinstance(choice, dict) and choice.get("type") not in ("function", "custom", "allowed_tools"):
             raise _unsupported(
                 f"tool_choice '{choice.get('type')}' is not supported here.", "tool_choice.type"
             )
@@ -877,7 +928,7 @@ class OpenAIChatProvider(Provider):
             raise from_http(
                 resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self._secrets()
             )
-        turn = ChatTranslator(builder, self._reasoning_output)
+        turn = ChatTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
         start = builder.sequence_number
         try:
             if "json" in resp.headers.get("content-type", ""):
