@@ -7,7 +7,10 @@ request's coroutine drives the StreamBuilder. A client that goes away sets the j
 the worker checks before every token.
 
 Structured output and function calls are decoded under a GBNF grammar (see ``local_grammar``), so a
-JSON answer always parses and validates and call arguments always fit the tool's schema.
+JSON answer always parses and validates and call arguments always fit the tool's schema. A custom tool
+(Codex's ``apply_patch``) is offered as a function taking one JSON string ``input``: the grammar makes
+that a valid string (its own lark/regex ``format`` is described to the model, not enforced), and the
+call comes back as a ``custom_tool_call`` whose input streams as the model writes the string.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import ResponseRequest
 from .base import Capabilities, Provider, ProviderError
+from .custom_tools import InputStream, custom_description, custom_parameters, custom_tool_names
 from .local_grammar import CALL_OPEN, CallParser, GrammarSpec, build_grammar
 from .local_prompt import START_OF_TURN, render_prompt, tool_preamble
 
@@ -209,7 +213,7 @@ class LocalProvider(Provider):
         reasoning=False,
         structured_output=True,
         images=False,
-        tool_types=frozenset({"function"}),
+        tool_types=frozenset({"function", "custom"}),
     )
 
     def __init__(
@@ -321,9 +325,9 @@ class LocalProvider(Provider):
 
     def _check_input(self, request: ResponseRequest) -> None:
         for i, tool in enumerate(request.tools):
-            if tool.get("type") != "function":
+            if tool.get("type") not in ("function", "custom"):
                 raise ProviderError(
-                    f"The local model supports only function tools; tools[{i}] has type "
+                    f"The local model supports only function and custom tools; tools[{i}] has type "
                     f"'{tool.get('type')}'.",
                     status=400,
                     code="invalid_value",
@@ -363,20 +367,21 @@ class LocalProvider(Provider):
     def _callable_tools(self, request: ResponseRequest) -> tuple[list[JSON], str]:
         """The tools the model may call for this request and the mode: none, auto or required."""
         choice = request.tool_choice
-        tools = [t for t in request.tools if t.get("type") == "function"]
+        tools = [_as_function(t) for t in request.tools if t.get("type") in ("function", "custom")]
         if isinstance(choice, str):
             if choice == "required" and not tools:
                 raise _bad("Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice")
             return (tools, choice) if tools else ([], "none")
         kind = choice.get("type")
-        if kind == "function":
+        if kind in ("function", "custom"):
             return [t for t in tools if t["name"] == choice["name"]], "required"
         if kind == "allowed_tools":
             names = set()
             for j, ref in enumerate(choice.get("tools") or []):
-                if ref.get("type") != "function":
+                if ref.get("type") not in ("function", "custom"):
                     raise _bad(
-                        "The local model supports only function tools.", f"tool_choice.tools[{j}].type"
+                        "The local model supports only function and custom tools.",
+                        f"tool_choice.tools[{j}].type",
                     )
                 names.add(ref.get("name"))
             allowed = [t for t in tools if t["name"] in names]
@@ -386,7 +391,9 @@ class LocalProvider(Provider):
                     raise _bad("None of the allowed tools is declared in 'tools'.", "tool_choice.tools")
                 return [], "none"
             return allowed, mode
-        raise _bad(f"The local model supports only function tools; tool_choice '{kind}'.", "tool_choice")
+        raise _bad(
+            f"The local model supports only function and custom tools; tool_choice '{kind}'.", "tool_choice"
+        )
 
     def _grammar(self, request: ResponseRequest) -> tuple[GrammarSpec, str | None, str]:
         tools, mode = self._callable_tools(request)
@@ -633,7 +640,7 @@ class LocalProvider(Provider):
         try:
             # Accepted: let response.created / in_progress out while the job waits its turn.
             yield
-            out = _Output(builder, parse_calls=bool(spec.tools))
+            out = _Output(builder, parse_calls=bool(spec.tools), custom=custom_tool_names(request.tools))
             end: _End | None = None
             while end is None:
                 value = await queue.get()
@@ -662,17 +669,44 @@ class LocalProvider(Provider):
             job.stop.set()
 
 
+def _as_function(tool: JSON) -> JSON:
+    """A custom tool as the function the model sees: one string argument, its grammar described."""
+    if tool.get("type") != "custom":
+        return tool
+    out: JSON = {"type": "function", "name": tool["name"], "parameters": custom_parameters()}
+    description = custom_description(tool)
+    if description:
+        out["description"] = description
+    return out
+
+
 def _bad(message: str, param: str) -> ProviderError:
     return ProviderError(message, status=400, code="invalid_value", type="invalid_request_error", param=param)
 
 
 class _Output:
-    """Turns generated text into builder calls: a message, or function calls when it opens with one."""
+    """Turns generated text into builder calls: a message, or tool calls when it opens with one."""
 
-    __slots__ = ("_builder", "_call", "_head", "_message", "_mode", "_parser", "_produced")
+    __slots__ = (
+        "_builder",
+        "_call",
+        "_custom",
+        "_head",
+        "_input",
+        "_message",
+        "_mode",
+        "_parser",
+        "_produced",
+    )
 
-    def __init__(self, builder: StreamBuilder, *, parse_calls: bool) -> None:
+    def __init__(
+        self, builder: StreamBuilder, *, parse_calls: bool, custom: frozenset[str] = frozenset()
+    ) -> None:
         self._builder = builder
+        # Names of custom tools: their calls become custom_tool_call items, the input read from the
+        # one string argument as it is written.
+        self._custom = custom
+        self._input: InputStream | None = None
         self._mode = "deciding" if parse_calls else "text"
         self._head: list[str] = []
         self._message: Item | None = None
@@ -711,13 +745,25 @@ class _Output:
         builder = self._builder
         for kind, value in self._parser.feed(text):
             if kind == "name":
-                self._call = builder.open_function_call(value)
+                if value in self._custom:
+                    self._input = InputStream()
+                    self._call = builder.open_custom_tool_call(value)
+                else:
+                    self._input = None
+                    self._call = builder.open_function_call(value)
                 self._produced = True
             elif kind == "args" and self._call is not None:
-                builder.arguments_delta(self._call, value)
+                if self._input is not None:
+                    builder.custom_input_delta(self._call, self._input.feed(value))
+                else:
+                    builder.arguments_delta(self._call, value)
             elif kind == "end" and self._call is not None:
-                builder.close_function_call(self._call)
-                self._call = None
+                if self._input is not None:
+                    builder.custom_input_delta(self._call, self._input.finish())
+                    builder.close_custom_tool_call(self._call)
+                else:
+                    builder.close_function_call(self._call)
+                self._call, self._input = None, None
 
     def finish(self) -> None:
         """Flush what was held while deciding; make sure the response has at least a message."""
