@@ -33,13 +33,17 @@ the SDKs) to re-authenticate for nothing. 502 says "the gateway is misconfigured
 chain move on to a back end whose key works.
 
 ``retry_after`` (seconds) comes from ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date) or
-Gemini's ``RetryInfo.retryDelay``. Messages are scrubbed of anything that looks like a credential.
+Gemini's ``RetryInfo.retryDelay``. A ``rate_limit_exceeded`` error that has one says so in its message
+as OpenAI does, "Please try again in 1.898s." / "Please try again in 20ms.": Codex takes the delay of a
+failed response from exactly that phrase (there is no header mid-stream). Messages are scrubbed of
+anything that looks like a credential.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -50,7 +54,16 @@ import orjson
 
 from .base import ProviderError
 
-__all__ = ["from_error_payload", "from_http", "parse_retry_after", "redact_url", "scrub", "transport_error"]
+__all__ = [
+    "from_error_payload",
+    "from_http",
+    "parse_retry_after",
+    "redact_url",
+    "retry_hint",
+    "scrub",
+    "transport_error",
+    "with_retry_hint",
+]
 
 # Credential shapes of the vendors we talk to, plus generic "key=..." and bearer forms. Matched text is
 # replaced by a fixed marker so the message stays readable.
@@ -111,6 +124,8 @@ def parse_retry_after(headers: Mapping[str, str], body: Any = None) -> float | N
 
 
 def _gemini_retry_delay(body: Any) -> float | None:
+    if isinstance(body, list) and body:
+        body = body[0]  # the stream endpoint's one-element list
     error = body.get("error") if isinstance(body, dict) else None
     details = error.get("details") if isinstance(error, dict) else None
     if not isinstance(details, list):
@@ -125,6 +140,30 @@ def _gemini_retry_delay(body: Any) -> float | None:
                 except ValueError:
                     return None
     return None
+
+
+# What Codex parses out of a rate_limit_exceeded message (codex-rs/codex-api/src/sse/responses.rs,
+# ``rate_limit_regex``): case-sensitive, the unit right after the number.
+_RETRY_HINT = re.compile(r"Please try again in \d+(?:\.\d+)?(?:s|ms)")
+
+
+def retry_hint(seconds: float) -> str:
+    """``Please try again in 1.898s.``; under a second in milliseconds (``... in 20ms.``); rounded up."""
+    # Whole milliseconds, rounded up (after dropping float noise: 0.035 s is 35 ms, not 36).
+    ms = math.ceil(round(max(0.0, seconds) * 1000, 6))
+    if 0 < seconds < 1:
+        return f"Please try again in {max(1, ms)}ms."
+    return f"Please try again in {f'{ms / 1000:.3f}'.rstrip('0').rstrip('.')}s."
+
+
+def with_retry_hint(message: str, code: str | None, retry_after: float | None) -> str:
+    """``message`` ending with :func:`retry_hint` for a rate limit with a known delay (unless it has one)."""
+    if code != "rate_limit_exceeded" or retry_after is None or _RETRY_HINT.search(message):
+        return message
+    text = message.rstrip()
+    if not text:
+        return retry_hint(retry_after)
+    return f"{text}{'' if text.endswith(('.', '!', '?')) else '.'} {retry_hint(retry_after)}"
 
 
 class _Parsed:
@@ -256,6 +295,7 @@ def from_http(
     else:
         message = detail
     retry_after = parse_retry_after(headers, decoded) if out_status in (429, 503) else None
+    message = with_retry_hint(message, code, retry_after)
     param = parsed.param if out_status < 500 else None
     if code == "model_not_found" and param is None:
         param = "model"
@@ -269,7 +309,12 @@ def from_error_payload(payload: Any, *, secrets: Iterable[str] = ()) -> Provider
     parsed = _parse(payload)
     status, code, etype = _classify(0, parsed)
     message = scrub(parsed.message or "The upstream stream reported an error.", secrets)
-    return ProviderError(message, status=status, code=code, type=etype, param=parsed.param)
+    # No headers inside a stream; Gemini's error body still says how long to wait.
+    retry_after = _gemini_retry_delay(payload) if status in (429, 503) else None
+    message = with_retry_hint(message, code, retry_after)
+    return ProviderError(
+        message, status=status, code=code, type=etype, param=parsed.param, retry_after=retry_after
+    )
 
 
 def transport_error(exc: BaseException, url: str, timeout: float | None, *, reading: bool) -> ProviderError:
