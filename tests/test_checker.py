@@ -326,6 +326,15 @@ def test_incremental_feed_reports_at_the_event() -> None:
     assert checker.violations == check(events)
 
 
+def test_a_watcher_that_keeps_nothing_still_reports_and_counts() -> None:
+    # The passthrough checks a long upstream stream with keep=False: what feed returns is all it gets.
+    events = drop("response.content_part.added", 1)(builder_stream())
+    watcher = StreamChecker(keep=False)
+    returned = [v for event in events for v in watcher.feed(event)] + watcher.finish()
+    assert returned == check(events) and returned
+    assert watcher.violations == [] and watcher.violation_count == len(returned) and not watcher.ok
+
+
 def test_finish_is_idempotent_and_feed_after_finish_raises() -> None:
     checker = StreamChecker()
     checker.feed_all(builder_stream()[:-3])

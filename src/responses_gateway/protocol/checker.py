@@ -376,15 +376,21 @@ def _type_name(expected: type | tuple[type, ...]) -> str:
 
 
 class StreamChecker:
-    """Incremental checker: ``feed`` each event, then ``finish``; both return the new violations."""
+    """Incremental checker: ``feed`` each event, then ``finish``; both return the new violations.
 
-    def __init__(self, profile: Profile | str = "openai") -> None:
+    ``keep=False`` is for long-lived watchers (the passthrough's upstream check): violations are only
+    returned and counted, not kept in ``violations``, so a broken stream costs no memory per event.
+    """
+
+    def __init__(self, profile: Profile | str = "openai", *, keep: bool = True) -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r} (expected one of {', '.join(PROFILES)})")
         self.profile = profile
         self._strict = profile == "strict-spec"
         self._codex = profile == "codex"
         self.violations: list[Violation] = []
+        self.violation_count = 0
+        self._keep = keep
         self._index = 0
         self._expected_seq = 0
         self._response_id: str | None = None
@@ -472,7 +478,7 @@ class StreamChecker:
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return self.violation_count == 0
 
     @property
     def done_items(self) -> list[dict[str, Any]]:
@@ -483,7 +489,9 @@ class StreamChecker:
     def _add(self, new: list[Violation], rule: str, seq: int, message: str) -> None:
         violation = Violation(rule, seq, message)
         new.append(violation)
-        self.violations.append(violation)
+        self.violation_count += 1
+        if self._keep:
+            self.violations.append(violation)
 
     def _check_sequence(self, new: list[Violation], event: dict[str, Any], seq_raw: Any, index: int) -> None:
         if not _is_int(seq_raw):

@@ -60,7 +60,7 @@ class ResponsesRelay:
         self._by_id: dict[str, Item] = {}
         self._used_ids: set[str] = set()
         self._pending_refusal: set[tuple[str, int]] = set()
-        self.checker = StreamChecker("openai") if check else None
+        self.checker = StreamChecker("openai", keep=False) if check else None
         self._reported: set[str] = set()
         self.error: JSON | None = None
         self.finished = False
