@@ -401,7 +401,7 @@ def test_custom_tool_use_becomes_custom_tool_call(upstream: UpstreamMock) -> Non
     events = [
         message_start(),
         *_block(0, {"type": "tool_use", "id": "toolu_p", "name": "apply_patch", "input": {}}, "", encoded[:9],
-                encoded[9:]),
+                encoded[9:25], encoded[25:]),
         *_finish("tool_use"),
     ]  # fmt: skip
     body = {"model": "claude", "input": "patch it", "tools": [{"type": "custom", "name": "apply_patch"}]}
@@ -411,6 +411,20 @@ def test_custom_tool_use_becomes_custom_tool_call(upstream: UpstreamMock) -> Non
     assert (call["call_id"], call["name"], call["input"]) == ("toolu_p", "apply_patch", patch)
     done = next(e for e in out if e["type"] == "response.custom_tool_call_input.done")
     assert done["input"] == patch
+    # The input streams as the JSON string decodes, not in one piece at the end.
+    deltas = [e["delta"] for e in out if e["type"] == "response.custom_tool_call_input.delta"]
+    assert "".join(deltas) == patch and len([d for d in deltas if d]) >= 2
+
+
+def test_custom_tool_input_given_whole_at_block_start(upstream: UpstreamMock) -> None:
+    events = [
+        message_start(),
+        *_block(0, {"type": "tool_use", "id": "toolu_w", "name": "apply_patch", "input": {"input": "whole"}}),
+        *_finish("tool_use"),
+    ]
+    body = {"model": "claude", "input": "patch it", "tools": [{"type": "custom", "name": "apply_patch"}]}
+    (call,) = _replay_events(upstream, events, body)[-1]["response"]["output"]
+    assert (call["type"], call["input"]) == ("custom_tool_call", "whole")
 
 
 def test_failed_web_search_and_mcp_error(upstream: UpstreamMock) -> None:

@@ -33,6 +33,7 @@ from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.sse import SSEDecoder
 from .base import Capabilities, Provider, ProviderError
+from .custom_tools import InputStream
 from .transport import Timeouts, Transport
 from .upstream_errors import from_error_payload, from_http, redact_url
 
@@ -536,6 +537,7 @@ class _Block:
     buf: list[str] = field(default_factory=list)
     start: int = 0
     citations: list[JSON] = field(default_factory=list)
+    custom: InputStream | None = None  # a custom tool's input, decoded as its JSON streams
 
 
 _CODE_TOOLS = frozenset({"code_execution", "bash_code_execution", "text_editor_code_execution"})
@@ -689,6 +691,7 @@ class _Turn:
             if name in self.custom_tools:
                 state.kind = "custom_tool_use"
                 state.item = self.b.open_custom_tool_call(name, call_id=call_id)
+                state.custom = InputStream()
             else:
                 state.item = self.b.open_function_call(name, call_id=call_id)
         elif kind == "server_tool_use":
@@ -741,10 +744,18 @@ class _Turn:
             if not fragment:
                 return
             state.buf.append(fragment)
-            # Function and MCP arguments stream through; custom and server tool inputs are parsed whole.
-            if state.kind in ("tool_use", "mcp_tool_use") and state.item is not None:
+            # Function and MCP arguments stream through, a custom tool's input string as it decodes;
+            # server tool inputs are parsed whole.
+            if state.item is None:
+                return
+            if state.kind in ("tool_use", "mcp_tool_use"):
                 self.b.arguments_delta(state.item, fragment)
                 self._touch()
+            elif state.custom is not None:
+                text = state.custom.feed(fragment)
+                if text:
+                    self.b.custom_input_delta(state.item, text)
+                    self._touch()
 
     def _text(self, state: _Block, text: str) -> None:
         if not text:
@@ -793,9 +804,12 @@ class _Turn:
                     self.b.arguments_delta(item, args)
                 self.b.close_function_call(item)
             elif kind == "custom_tool_use":
-                value = parsed.get("input")
-                text = value if isinstance(value, str) else (args or "")
-                self.b.custom_input_delta(item, text)
+                if state.buf and state.custom is not None:
+                    rest = state.custom.finish()
+                else:  # the input came whole in content_block_start
+                    value = parsed.get("input")
+                    rest = value if isinstance(value, str) else (args or "")
+                self.b.custom_input_delta(item, rest)
                 self.b.close_custom_tool_call(item)
             elif kind == "mcp_tool_use":
                 if not state.buf and args:
