@@ -229,7 +229,6 @@ def test_codex_next_turn_sends_the_whole_history_back(gateway: Factory) -> None:
     "tool",
     [
         {"type": "web_search", "external_web_access": False},
-        {"type": "namespace", "name": "mcp__fs", "tools": [{"type": "function", "name": "read"}]},
         {"type": "tool_search"},
         {"type": "image_generation", "output_format": "png"},
     ],

@@ -114,6 +114,9 @@ class StreamBuilder:
         self._open: dict[str, Item] = {}
         self._started = False
         self._finished = False
+        # Flat tool name -> (namespace, name), for back ends that got namespace members as plain tools
+        # (server/namespaces.py): a call to such a name is reported under its namespace.
+        self.tool_namespaces: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------------ draining
     def take(self) -> list[JSON]:
@@ -497,6 +500,8 @@ class StreamBuilder:
         namespace: str | None = None,
         item_id: str | None = None,
     ) -> Item:
+        if namespace is None and name in self.tool_namespaces:
+            namespace, name = self.tool_namespaces[name]
         data: JSON = {
             "status": "in_progress",
             "arguments": "",

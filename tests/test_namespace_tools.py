@@ -1,0 +1,151 @@
+"""Namespace tools on back ends without namespaces: flattened for the model, reported back namespaced.
+
+Codex 0.169 sends ``{"type": "namespace", "name": "multi_agent_v1", "tools": [...]}`` on every request
+(found by tests/test_real_codex.py); before this the gateway answered 400 for every back end but the
+OpenAI passthrough, so Codex could not start a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from conftest import Gateway, check_stream, stream_events
+from responses_gateway.protocol.request import parse_request
+from responses_gateway.providers.scripted import ScriptedProvider
+from responses_gateway.server.namespaces import flat_name, flatten_namespaces
+
+Factory = Callable[..., Gateway]
+
+AGENTS = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Tools for spawning and managing sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "list_agents",
+            "description": "List live agents.",
+            "strict": False,
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
+        {"type": "function", "name": "close_agent", "parameters": {"type": "object", "properties": {}}},
+    ],
+}
+MCP = {"type": "namespace", "name": "mcp__fs__", "tools": [{"type": "function", "name": "read"}]}
+SHELL = {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}}
+
+
+def test_flat_names() -> None:
+    assert flat_name("multi_agent_v1", "list_agents") == "multi_agent_v1__list_agents"
+    assert flat_name("mcp__fs__", "read") == "mcp__fs__read"
+
+
+def test_flatten_replaces_namespaces_by_their_members_and_renames_earlier_calls() -> None:
+    call = {
+        "type": "function_call",
+        "call_id": "c1",
+        "namespace": "multi_agent_v1",
+        "name": "close_agent",
+        "arguments": "{}",
+    }
+    request = parse_request(
+        {
+            "model": "m",
+            "tools": [SHELL, AGENTS, MCP],
+            "input": [call, {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
+            "tool_choice": {"type": "function", "name": "read", "namespace": "mcp__fs__"},
+        }
+    )
+    names = flatten_namespaces(request)
+    assert names == {
+        "multi_agent_v1__list_agents": ("multi_agent_v1", "list_agents"),
+        "multi_agent_v1__close_agent": ("multi_agent_v1", "close_agent"),
+        "mcp__fs__read": ("mcp__fs__", "read"),
+    }
+    assert [(t["type"], t["name"]) for t in request.tools] == [
+        ("function", "exec_command"),
+        ("function", "multi_agent_v1__list_agents"),
+        ("function", "multi_agent_v1__close_agent"),
+        ("function", "mcp__fs__read"),
+    ]
+    # A member keeps its description, schema and strictness.
+    assert request.tools[1]["parameters"] == AGENTS["tools"][0]["parameters"]  # type: ignore[index]
+    assert request.tools[1]["description"] == "List live agents."
+    assert request.input[0]["name"] == "multi_agent_v1__close_agent"
+    assert "namespace" not in request.input[0]
+    assert call["name"] == "close_agent"  # the caller's item is not changed
+    assert request.tool_choice == {"type": "function", "name": "mcp__fs__read"}
+
+
+def test_flatten_leaves_a_request_without_namespaces_alone() -> None:
+    request = parse_request({"model": "m", "tools": [SHELL], "input": "hi"})
+    tools, inputs = request.tools, request.input
+    assert flatten_namespaces(request) == {}
+    assert request.tools is tools and request.input is inputs
+
+
+def test_a_namespaced_call_round_trips_over_http(gateway: Factory) -> None:
+    script = {
+        "turns": [
+            {"when": {"input_has": "function_call_output"}, "steps": [{"message": "Two agents."}]},
+            {"steps": [{"function_call": {"name": "multi_agent_v1__list_agents", "arguments": "{}"}}]},
+        ]
+    }
+    provider = ScriptedProvider(script, name="m")
+    gw = gateway([provider])
+    body: dict[str, Any] = {
+        "model": "m",
+        "input": "who is running?",
+        "tools": [SHELL, AGENTS],
+        "stream": True,
+        "store": False,
+    }
+    events = stream_events(gw.url("/v1/responses"), body)
+    check_stream(events)
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert len(done) == 1
+    call = done[0]
+    # The client sees the call under the namespace it declared, as OpenAI reports it.
+    assert call["type"] == "function_call"
+    assert (call["namespace"], call["name"]) == ("multi_agent_v1", "list_agents")
+    added = next(e["item"] for e in events if e["type"] == "response.output_item.added")
+    assert (added["namespace"], added["name"]) == ("multi_agent_v1", "list_agents")
+    completed = events[-1]["response"]
+    assert completed["output"][0]["namespace"] == "multi_agent_v1"
+    # The Response echoes the tools as sent; the back end saw plain functions.
+    assert completed["tools"][1]["type"] == "namespace"
+    assert [t["name"] for t in provider.requests[0].tools] == [
+        "exec_command",
+        "multi_agent_v1__list_agents",
+        "multi_agent_v1__close_agent",
+    ]
+
+    # Next turn: the history carries the namespaced call back (as Codex sends it).
+    history = {k: v for k, v in call.items() if k not in ("id", "status")}
+    second = {
+        **body,
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "who?"}]},
+            history,
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "[]"},
+        ],
+    }
+    events = stream_events(gw.url("/v1/responses"), second)
+    check_stream(events)
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Two agents."
+    seen = provider.requests[1].input[1]
+    assert seen["name"] == "multi_agent_v1__list_agents" and "namespace" not in seen
+
+
+def test_a_non_streamed_response_keeps_the_namespace(gateway: Factory) -> None:
+    script = [{"function_call": {"name": "mcp__fs__read", "arguments": '{"path": "a"}'}}]
+    gw = gateway([ScriptedProvider(script, name="m")])
+    answer = httpx.post(
+        gw.url("/v1/responses"), json={"model": "m", "input": "read a", "tools": [MCP]}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    output = answer.json()["output"]
+    assert (output[0]["namespace"], output[0]["name"]) == ("mcp__fs__", "read")
