@@ -1,0 +1,535 @@
+"""The real Codex CLI (npm ``@openai/codex``, pinned in tests/clients/codex) against a real gateway process.
+
+``responses-gateway serve`` runs scripted models; ``codex exec --json`` is pointed at it through a
+temporary ``CODEX_HOME/config.toml`` (a ``model_providers.gateway`` entry with ``wire_api = "responses"``
+and ``env_key``), exactly as the README tells users to. Between the two sits a small recording proxy, so
+the tests can also assert what Codex sent (Codex sends ``store: false``: nothing is kept by the gateway).
+
+A model catalog (``model_catalog_json``) gives the scripted models the metadata of a current OpenAI
+coding model (freeform ``apply_patch``, reasoning summaries, verbosity), so Codex sends what it sends to
+OpenAI; without it Codex uses fallback metadata and offers no ``apply_patch``. The only thing turned off
+is ``web_search``: the scripted back end cannot search, and the gateway refuses that hosted tool with a
+400 (CR::test_codex_hosted_tools_a_back_end_cannot_run_are_refused_naming_the_param).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from node_clients import ensure_client
+
+GATEWAY = Path(sys.executable).parent / "responses-gateway"
+KEY = "rg-codex-test-key-0123456789"
+CODEX_VERSION = "0.169.0"
+RUN_TIMEOUT = 60  # seconds for one `codex exec` (each normally takes 1-5 s)
+
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from apply_patch\n*** End Patch\n"
+
+SCRIPTS: dict[str, Any] = {
+    # a) reasoning summary, then text in several deltas.
+    "codex-plain": {
+        "steps": [
+            {"reasoning": {"summary": [["Thinking ", "about it"]]}},
+            {"message": ["Hello ", "from the ", "gateway"]},
+            {"usage": {"input_tokens": 40, "output_tokens": 7, "reasoning_tokens": 3}},
+        ]
+    },
+    # b) Codex's shell tool (`exec_command` in this version), then an answer once the output is back.
+    "codex-shell": {
+        "turns": [
+            {
+                "when": {"input_has": "function_call_output"},
+                "steps": [{"message": ["The file ", "is written."]}],
+            },
+            {
+                "steps": [
+                    {"reasoning": {"summary": ["I will write the file."], "encrypted_content": "state-1"}},
+                    {
+                        "function_call": {
+                            "name": "exec_command",
+                            "arguments": ['{"cmd": "echo hi from codex ', '> out.txt"}'],
+                            "call_id": "call_shell_1",
+                        }
+                    },
+                ]
+            },
+        ]
+    },
+    # b) the freeform `apply_patch` custom tool.
+    "codex-patch": {
+        "turns": [
+            {"when": {"input_has": "custom_tool_call_output"}, "steps": [{"message": "Patched hello.txt."}]},
+            {
+                "steps": [
+                    {
+                        "custom_tool_call": {
+                            "name": "apply_patch",
+                            "input": [PATCH[:20], PATCH[20:]],
+                            "call_id": "call_patch_1",
+                        }
+                    }
+                ]
+            },
+        ]
+    },
+    # b) a member of the `multi_agent_v1` namespace, given to this back end as a plain tool.
+    "codex-namespace": {
+        "turns": [
+            {
+                "when": {"input_has": "function_call_output"},
+                "steps": [{"message": "That agent does not exist."}],
+            },
+            {
+                "steps": [
+                    {
+                        "function_call": {
+                            "name": "multi_agent_v1__close_agent",
+                            "arguments": '{"target": "no-such-agent"}',
+                            "call_id": "call_agents_1",
+                        }
+                    }
+                ]
+            },
+        ]
+    },
+    # c) a failure after some text has streamed.
+    "codex-fail": {
+        "steps": [
+            {"message": ["Partial ", "answer"]},
+            {"fail": {"code": "server_error", "message": "The upstream broke mid-stream."}},
+        ]
+    },
+    # c) rate limited before the first byte: HTTP 429 with Retry-After.
+    "codex-429": {
+        "steps": [
+            {
+                "error": {
+                    "status": 429,
+                    "code": "rate_limit_exceeded",
+                    "message": "Rate limit reached for scripted requests.",
+                    "retry_after": 0.2,
+                }
+            }
+        ]
+    },
+}
+
+
+def _catalog_entry(slug: str) -> dict[str, Any]:
+    """Codex's model metadata for ``slug``, as its bundled catalog describes current coding models."""
+    return {
+        "slug": slug,
+        "display_name": slug,
+        "base_instructions": "You are a scripted test model behind responses-gateway.",
+        "apply_patch_tool_type": "freeform",
+        "shell_type": "shell_command",
+        "visibility": "list",
+        "supported_in_api": True,
+        "priority": 1,
+        "supported_reasoning_levels": [{"effort": "medium", "description": "medium"}],
+        "default_reasoning_level": "medium",
+        "supports_reasoning_summaries": True,
+        "default_reasoning_summary": "auto",
+        "support_verbosity": True,
+        "default_verbosity": "low",
+        "truncation_policy": {"mode": "tokens", "limit": 10000},
+        "experimental_supported_tools": [],
+        "context_window": 272000,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------ recording proxy
+@dataclass
+class Exchange:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    status: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    at: float = field(default_factory=time.monotonic)
+
+
+class RecordingProxy:
+    """Forwards every request to the gateway byte for byte (streaming) and records both sides."""
+
+    def __init__(self, upstream: str) -> None:
+        self.exchanges: list[Exchange] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                size = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(size) if size else b""
+                exchange = Exchange(
+                    self.command,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    json.loads(raw) if raw else None,
+                )
+                proxy.exchanges.append(exchange)
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("host", "content-length", "connection")
+                }
+                data = bytearray()
+                with (
+                    httpx.Client(timeout=30) as client,
+                    client.stream(self.command, upstream + self.path, content=raw, headers=headers) as reply,
+                ):
+                    exchange.status = reply.status_code
+                    self.send_response(reply.status_code)
+                    for k, v in reply.headers.items():
+                        if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                            self.send_header(k, v)
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    for chunk in reply.iter_raw():
+                        data += chunk
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                for line in bytes(data).split(b"\n"):
+                    if line.startswith(b"data: "):
+                        exchange.events.append(json.loads(line[6:]))
+                self.close_connection = True
+
+            do_GET = do_POST = do_DELETE = _forward
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def responses(self, model: str) -> list[Exchange]:
+        return [
+            e for e in self.exchanges if e.path == "/v1/responses" and (e.body or {}).get("model") == model
+        ]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# ---------------------------------------------------------------------------------------- fixtures
+@dataclass
+class Setup:
+    codex: Path
+    proxy: RecordingProxy
+    gateway_port: int
+    gateway_log: Path
+    catalog: Path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    client = ensure_client("codex")
+    codex = client / "node_modules" / ".bin" / "codex"
+    version = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=30)
+    assert version.stdout.split() == ["codex-cli", CODEX_VERSION], version.stdout + version.stderr
+
+    tmp = tmp_path_factory.mktemp("real-codex")
+    scripts = []
+    for name, script in SCRIPTS.items():
+        path = tmp / f"{name}.json"
+        path.write_text(json.dumps({"model": name, **script}))
+        scripts += ["--script", str(path)]
+    catalog = tmp / "catalog.json"
+    catalog.write_text(json.dumps({"models": [_catalog_entry(name) for name in SCRIPTS]}))
+
+    port = _free_port()
+    log_path = tmp / "gateway.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                str(GATEWAY),
+                "serve",
+                "--no-local",
+                "--port",
+                str(port),
+                "--store",
+                f"sqlite:///{tmp / 'gateway.db'}",
+                "--api-key",
+                KEY,
+                "--access-log",
+                *scripts,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    proxy: RecordingProxy | None = None
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"gateway exited with {proc.returncode}:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gateway did not start:\n{log_path.read_text()}")
+            time.sleep(0.05)
+        proxy = RecordingProxy(f"http://127.0.0.1:{port}")
+        yield Setup(codex, proxy, port, log_path, catalog)
+    finally:
+        if proxy is not None:
+            proxy.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@dataclass
+class Run:
+    code: int
+    events: list[dict[str, Any]]
+    stdout: str
+    stderr: str
+    workdir: Path
+    last_message: str
+
+    def items(self, kind: str) -> list[dict[str, Any]]:
+        return [e["item"] for e in self.events if e["type"] == "item.completed" and e["item"]["type"] == kind]
+
+    def explain(self) -> str:
+        return f"exit {self.code}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr[-3000:]}"
+
+
+def run_codex(
+    setup: Setup, tmp_path: Path, model: str, prompt: str, *, key: str = KEY, provider: str = ""
+) -> Run:
+    """``codex exec --json`` as a user runs it, in an empty working directory, with a fresh CODEX_HOME."""
+    home = tmp_path / "codex-home"
+    work = tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(
+        f'model = "{model}"\n'
+        'model_provider = "gateway"\n'
+        f'model_catalog_json = "{setup.catalog}"\n'
+        'web_search = "disabled"\n'
+        "check_for_update_on_startup = false\n"
+        "\n"
+        "[analytics]\n"
+        "enabled = false\n"
+        "\n"
+        "[model_providers.gateway]\n"
+        'name = "responses-gateway"\n'
+        f'base_url = "http://127.0.0.1:{setup.proxy.port}/v1"\n'
+        'wire_api = "responses"\n'
+        'env_key = "GATEWAY_KEY"\n'
+        # Bounded retries keep a failing test short (Codex's defaults are 4 and 5).
+        "request_max_retries = 1\n"
+        "stream_max_retries = 1\n"
+        "stream_idle_timeout_ms = 20000\n" + provider
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "CODEX_", "RG_")) and k not in ("HOME", "GATEWAY_KEY")
+    }
+    env.update({"CODEX_HOME": str(home), "HOME": str(tmp_path), "GATEWAY_KEY": key, "NO_COLOR": "1"})
+    last = tmp_path / "last-message.txt"
+    done = subprocess.run(
+        [
+            str(setup.codex),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--ephemeral",
+            "--color",
+            "never",
+            "-C",
+            str(work),
+            "-o",
+            str(last),
+            prompt,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=work,
+    )
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return Run(
+        done.returncode,
+        events,
+        done.stdout,
+        done.stderr,
+        work,
+        last.read_text() if last.exists() else "",
+    )
+
+
+@pytest.fixture
+def codex(setup: Setup, tmp_path: Path) -> Any:
+    def run(model: str, prompt: str, **kwargs: Any) -> Run:
+        return run_codex(setup, tmp_path, model, prompt, **kwargs)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------- tests
+def test_plain_answer_with_reasoning(setup: Setup, codex: Any) -> None:
+    run = codex("codex-plain", "Say hello")
+    assert run.code == 0, run.explain()
+    assert [m["text"] for m in run.items("agent_message")] == ["Hello from the gateway"]
+    assert run.last_message.strip() == "Hello from the gateway"
+    assert [r["text"] for r in run.items("reasoning")] == ["Thinking about it"]
+    assert run.events[-1]["type"] == "turn.completed"
+    assert run.events[-1]["usage"]["output_tokens"] == 7
+    # No error item: Codex found the model's metadata and nothing it received was out of shape.
+    assert run.items("error") == [], run.explain()
+
+    # What Codex sent, through the gateway's --api-key check.
+    (exchange,) = setup.proxy.responses("codex-plain")
+    assert exchange.status == 200
+    assert exchange.headers["authorization"] == f"Bearer {KEY}"
+    assert exchange.headers["accept"] == "text/event-stream"
+    body = exchange.body
+    assert body["stream"] is True and body["store"] is False
+    assert body["include"] == ["reasoning.encrypted_content"]
+    assert body["reasoning"] == {"effort": "medium", "summary": "auto"}
+    assert body["text"] == {"verbosity": "low"}
+    tools = {(t["type"], t.get("name")) for t in body["tools"]}
+    # The shell tool, the freeform apply_patch and the multi-agent namespace (flattened by the gateway).
+    assert {("function", "exec_command"), ("custom", "apply_patch"), ("namespace", "multi_agent_v1")} <= tools
+    assert exchange.events[-1]["type"] == "response.completed"
+
+
+def test_a_wrong_key_is_reported_by_codex(setup: Setup, codex: Any) -> None:
+    run = codex("codex-plain", "Say hello", key="not-the-key")
+    assert run.code != 0
+    failed = [e for e in run.events if e["type"] == "turn.failed"]
+    assert failed, run.explain()
+    assert "401" in failed[-1]["error"]["message"] or "invalid_api_key" in failed[-1]["error"]["message"]
+    assert all(e.status == 401 for e in setup.proxy.responses("codex-plain")[1:])
+
+
+def test_shell_tool_loop(setup: Setup, codex: Any) -> None:
+    run = codex("codex-shell", "Write hi to out.txt")
+    assert run.code == 0, run.explain()
+    # Codex ran the command the scripted model asked for...
+    assert (run.workdir / "out.txt").read_text() == "hi from codex\n"
+    (command,) = run.items("command_execution")
+    assert "echo hi from codex > out.txt" in command["command"]
+    assert command["exit_code"] == 0 and command["status"] == "completed"
+    # ...and showed the answer the model gave once it had the command's output.
+    assert [m["text"] for m in run.items("agent_message")] == ["The file is written."]
+    assert run.last_message.strip() == "The file is written."
+
+    first, second = setup.proxy.responses("codex-shell")
+    assert first.events[-1]["response"]["output"][-1]["call_id"] == "call_shell_1"
+    kinds = [item["type"] for item in second.body["input"]]
+    assert kinds[-3:] == ["reasoning", "function_call", "function_call_output"]
+    call, output = second.body["input"][-2:]
+    assert (call["name"], call["call_id"]) == ("exec_command", "call_shell_1")
+    assert json.loads(call["arguments"]) == {"cmd": "echo hi from codex > out.txt"}
+    assert output["call_id"] == "call_shell_1"
+    assert "exit code 0" in str(output["output"]).lower() or "exited with code 0" in str(output["output"])
+    # The reasoning item comes back with the state the gateway sealed (and accepted again: 200).
+    sealed = first.events[-1]["response"]["output"][0]["encrypted_content"]
+    assert sealed.startswith("rgs1.") and "state-1" not in sealed
+    assert second.body["input"][-3]["encrypted_content"] == sealed
+    assert second.status == 200
+
+
+def test_apply_patch_custom_tool(setup: Setup, codex: Any) -> None:
+    run = codex("codex-patch", "Create hello.txt")
+    assert run.code == 0, run.explain()
+    assert (run.workdir / "hello.txt").read_text() == "hello from apply_patch\n"
+    assert [m["text"] for m in run.items("agent_message")] == ["Patched hello.txt."]
+    changes = run.items("file_change")
+    assert changes and changes[0]["status"] == "completed", run.explain()
+    first, second = setup.proxy.responses("codex-patch")
+    streamed = first.events[-1]["response"]["output"][-1]
+    assert (streamed["type"], streamed["input"]) == ("custom_tool_call", PATCH)
+    call, output = second.body["input"][-2:]
+    assert (call["type"], call["name"], call["input"]) == ("custom_tool_call", "apply_patch", PATCH)
+    assert (output["type"], output["call_id"]) == ("custom_tool_call_output", "call_patch_1")
+
+
+def test_namespaced_tool_call_reaches_codex(setup: Setup, codex: Any) -> None:
+    run = codex("codex-namespace", "Close agent no-such-agent")
+    assert run.code == 0, run.explain()
+    assert [m["text"] for m in run.items("agent_message")] == ["That agent does not exist."]
+    first, second = setup.proxy.responses("codex-namespace")
+    streamed = first.events[-1]["response"]["output"][-1]
+    assert (streamed["namespace"], streamed["name"]) == ("multi_agent_v1", "close_agent")
+    call, output = second.body["input"][-2:]
+    assert (call.get("namespace"), call["name"]) == ("multi_agent_v1", "close_agent")
+    assert output["call_id"] == "call_agents_1"
+    # Codex ran its own close_agent, which refused the made-up id; a call without the namespace gets
+    # "unsupported call: close_agent" instead (what Codex answered before the gateway mapped it back).
+    assert "unsupported call" not in output["output"]
+    assert "invalid agent id no-such-agent" in output["output"], output
+
+
+def test_mid_stream_failure_is_reported(setup: Setup, codex: Any) -> None:
+    run = codex("codex-fail", "Answer me")
+    assert run.code != 0
+    # The text that streamed before the failure is shown, then the retry, then the failure itself.
+    assert run.items("agent_message")[0]["text"] == "Partial answer"
+    errors = [e["message"] for e in run.events if e["type"] == "error"]
+    assert errors[0].startswith("Reconnecting... 1/1"), run.explain()
+    failed = [e for e in run.events if e["type"] == "turn.failed"]
+    assert failed, run.explain()
+    assert (
+        failed[-1]["error"]["message"]
+        == "stream disconnected before completion: The upstream broke mid-stream."
+    )
+    # server_error is retryable: the stream was tried again (stream_max_retries = 1), then given up.
+    exchanges = setup.proxy.responses("codex-fail")
+    assert len(exchanges) == 2
+    assert all(e.events[-1]["type"] == "response.failed" for e in exchanges)
+    assert exchanges[0].events[-1]["response"]["error"]["code"] == "server_error"
+
+
+def test_rate_limit_is_retried_then_reported(setup: Setup, codex: Any) -> None:
+    run = codex("codex-429", "Answer me")
+    assert run.code != 0
+    failed = [e for e in run.events if e["type"] == "turn.failed"]
+    assert failed, run.explain()
+    # Codex names the status, not the message, of an HTTP error it gave up retrying.
+    assert failed[-1]["error"]["message"] == "exceeded retry limit, last status: 429 Too Many Requests"
+    exchanges = setup.proxy.responses("codex-429")
+    assert len(exchanges) == 2  # request_max_retries = 1
+    assert all(e.status == 429 for e in exchanges)
+    # The gateway's Retry-After (0.2 s rounded up to 1) is what Codex waited before retrying.
+    assert exchanges[1].at - exchanges[0].at >= 0.95
