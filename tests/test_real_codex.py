@@ -113,6 +113,20 @@ SCRIPTS: dict[str, Any] = {
             {"fail": {"code": "server_error", "message": "The upstream broke mid-stream."}},
         ]
     },
+    # c) rate limited after the stream began: response.failed with rate_limit_exceeded.
+    "codex-429-mid": {
+        "steps": [
+            {"message": ["Partial"]},
+            {
+                "error": {
+                    "status": 429,
+                    "code": "rate_limit_exceeded",
+                    "message": "Rate limit reached for scripted tokens.",
+                    "retry_after": 1.5,
+                }
+            },
+        ]
+    },
     # c) rate limited before the first byte: HTTP 429 with Retry-After.
     "codex-429": {
         "steps": [
@@ -533,3 +547,16 @@ def test_rate_limit_is_retried_then_reported(setup: Setup, codex: Any) -> None:
     assert all(e.status == 429 for e in exchanges)
     # The gateway's Retry-After (0.2 s rounded up to 1) is what Codex waited before retrying.
     assert exchanges[1].at - exchanges[0].at >= 0.95
+
+
+def test_mid_stream_rate_limit_waits_the_delay_the_gateway_names(setup: Setup, codex: Any) -> None:
+    run = codex("codex-429-mid", "Answer me")
+    assert run.code != 0
+    failed = [e for e in run.events if e["type"] == "turn.failed"]
+    assert failed, run.explain()
+    message = failed[-1]["error"]["message"]
+    assert message == "rate limit exceeded: Rate limit reached for scripted tokens. Please try again in 1.5s."
+    first, second = setup.proxy.responses("codex-429-mid")
+    assert first.events[-1]["response"]["error"]["code"] == "rate_limit_exceeded"
+    # Codex parsed the delay out of the message and waited it (without it: its ~0.2 s backoff).
+    assert second.at - first.at >= 1.5

@@ -8,9 +8,17 @@ import orjson
 
 from ..protocol.request import RequestError
 from ..providers.base import ProviderError
+from ..providers.upstream_errors import with_retry_hint
 from .types import Send
 
-__all__ = ["HTTPError", "send_error", "send_json", "status_for_code"]
+__all__ = ["HTTPError", "provider_message", "send_error", "send_json", "status_for_code"]
+
+
+def provider_message(err: ProviderError) -> str:
+    """What the client reads for ``err``: a rate limit with a known delay says so as OpenAI does
+    ("... Please try again in 1.5s."), the phrase Codex takes its retry delay from, whichever provider
+    raised it (the HTTP providers already add it; scripted and third-party providers need not)."""
+    return with_retry_hint(err.message, err.code, err.retry_after)
 
 
 class HTTPError(Exception):
@@ -44,7 +52,8 @@ class HTTPError(Exception):
         if err.retry_after is not None:
             # Retry-After takes whole seconds; round up so a client never retries too early.
             headers.append((b"retry-after", str(max(0, math.ceil(err.retry_after))).encode()))
-        return cls(err.status, err.message, type=err.type, param=err.param, code=err.code, headers=headers)
+        message = provider_message(err)
+        return cls(err.status, message, type=err.type, param=err.param, code=err.code, headers=headers)
 
     def body(self) -> bytes:
         return orjson.dumps(

@@ -29,7 +29,7 @@ from ..protocol.request import ResponseRequest
 from ..protocol.sse import encode_comment, encode_event
 from ..providers.base import Provider, ProviderError
 from .config import KeepaliveMode
-from .errors import HTTPError, status_for_code
+from .errors import HTTPError, provider_message, status_for_code
 from .types import Receive, Send
 
 __all__ = [
@@ -365,7 +365,7 @@ async def respond_stream(
             if not started and not ended:
                 raise HTTPError.from_provider_error(exc) from None
             log.warning("provider %s failed mid-stream: %s", name, exc.code)
-            _fail(builder, exc.code or "server_error", exc.message, exc.param)
+            _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
         except (asyncio.CancelledError, HTTPError):
             raise
         except Exception:
@@ -452,7 +452,7 @@ async def respond_json(
                 record(builder.take(), None)
         except ProviderError as exc:
             error = HTTPError.from_provider_error(exc)
-            _fail(builder, exc.code or "server_error", exc.message, exc.param)
+            _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
         except (asyncio.CancelledError, HTTPError):
             raise
         except Exception:
@@ -592,7 +592,7 @@ async def run_detached(
                     beat.last = loop.time()
         except ProviderError as exc:
             log.warning("provider %s failed in a background response: %s", name, exc.code)
-            _fail(builder, exc.code or "server_error", exc.message, exc.param)
+            _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
         except asyncio.CancelledError:
             raise
         except Exception:
