@@ -343,33 +343,40 @@ class Run:
 
 
 def run_codex(
-    setup: Setup, tmp_path: Path, model: str, prompt: str, *, key: str = KEY, provider: str = ""
+    setup: Setup,
+    tmp_path: Path,
+    model: str,
+    prompt: str,
+    *,
+    key: str = KEY,
+    web_search: str | None = "disabled",
 ) -> Run:
     """``codex exec --json`` as a user runs it, in an empty working directory, with a fresh CODEX_HOME."""
     home = tmp_path / "codex-home"
     work = tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(
-        f'model = "{model}"\n'
-        'model_provider = "gateway"\n'
-        f'model_catalog_json = "{setup.catalog}"\n'
-        'web_search = "disabled"\n'
-        "check_for_update_on_startup = false\n"
-        "\n"
-        "[analytics]\n"
-        "enabled = false\n"
-        "\n"
-        "[model_providers.gateway]\n"
-        'name = "responses-gateway"\n'
-        f'base_url = "http://127.0.0.1:{setup.proxy.port}/v1"\n'
-        'wire_api = "responses"\n'
-        'env_key = "GATEWAY_KEY"\n'
+    lines = [
+        f'model = "{model}"',
+        'model_provider = "gateway"',
+        f'model_catalog_json = "{setup.catalog}"',
+        "check_for_update_on_startup = false",
+        *([f'web_search = "{web_search}"'] if web_search else []),
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[model_providers.gateway]",
+        'name = "responses-gateway"',
+        f'base_url = "http://127.0.0.1:{setup.proxy.port}/v1"',
+        'wire_api = "responses"',
+        'env_key = "GATEWAY_KEY"',
         # Bounded retries keep a failing test short (Codex's defaults are 4 and 5).
-        "request_max_retries = 1\n"
-        "stream_max_retries = 1\n"
-        "stream_idle_timeout_ms = 20000\n" + provider
-    )
+        "request_max_retries = 1",
+        "stream_max_retries = 1",
+        "stream_idle_timeout_ms = 20000",
+    ]
+    (home / "config.toml").write_text("\n".join(lines) + "\n")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -560,3 +567,18 @@ def test_mid_stream_rate_limit_waits_the_delay_the_gateway_names(setup: Setup, c
     assert first.events[-1]["response"]["error"]["code"] == "rate_limit_exceeded"
     # Codex parsed the delay out of the message and waited it (without it: its ~0.2 s backoff).
     assert second.at - first.at >= 1.5
+
+
+def test_codex_default_web_search_is_refused_clearly(setup: Setup, codex: Any) -> None:
+    """Codex offers web search unless told not to; a back end that cannot search refuses the tool and
+    the user is told which one, rather than it being dropped (so README's Codex set-up says
+    ``web_search = "disabled"`` for such back ends)."""
+    run = codex("codex-plain", "Say hello", web_search=None)
+    assert run.code != 0
+    failed = [e for e in run.events if e["type"] == "turn.failed"]
+    assert failed, run.explain()
+    assert "(web_search) is not supported with this model." in failed[-1]["error"]["message"]
+    (exchange,) = setup.proxy.responses("codex-plain")[-1:]
+    assert exchange.status == 400
+    # Live search here (the sandbox is off); in Codex's default sandbox it is cached (access false).
+    assert {"type": "web_search", "external_web_access": True} in exchange.body["tools"]
