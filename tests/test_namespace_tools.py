@@ -59,8 +59,8 @@ def test_flatten_replaces_namespaces_by_their_members_and_renames_earlier_calls(
             "tool_choice": {"type": "function", "name": "read", "namespace": "mcp__fs__"},
         }
     )
-    names = flatten_namespaces(request)
-    assert names == {
+    flattening = flatten_namespaces(request)
+    assert flattening.names == {
         "multi_agent_v1__list_agents": ("multi_agent_v1", "list_agents"),
         "multi_agent_v1__close_agent": ("multi_agent_v1", "close_agent"),
         "mcp__fs__read": ("mcp__fs__", "read"),
@@ -78,12 +78,16 @@ def test_flatten_replaces_namespaces_by_their_members_and_renames_earlier_calls(
     assert "namespace" not in request.input[0]
     assert call["name"] == "close_agent"  # the caller's item is not changed
     assert request.tool_choice == {"type": "function", "name": "mcp__fs__read"}
+    # A refusal about a tool the back end was given names the tool as the client sent it.
+    assert flattening.client_param("tools[0].parameters") == "tools[0].parameters"
+    assert flattening.client_param("tools[2].strict") == "tools[1].tools[1].strict"
+    assert flattening.client_param("'tools[3].type' (x)") == "'tools[2].tools[0].type' (x)"
 
 
 def test_flatten_leaves_a_request_without_namespaces_alone() -> None:
     request = parse_request({"model": "m", "tools": [SHELL], "input": "hi"})
     tools, inputs = request.tools, request.input
-    assert flatten_namespaces(request) == {}
+    assert flatten_namespaces(request).names == {}
     assert request.tools is tools and request.input is inputs
 
 
@@ -149,3 +153,19 @@ def test_a_non_streamed_response_keeps_the_namespace(gateway: Factory) -> None:
     assert answer.status_code == 200, answer.text
     output = answer.json()["output"]
     assert (output[0]["namespace"], output[0]["name"]) == ("mcp__fs__", "read")
+
+
+def test_a_refused_tool_after_a_namespace_is_named_by_the_clients_index(gateway: Factory) -> None:
+    provider = ScriptedProvider([{"message": "never"}], name="m")
+    gw = gateway([provider])
+    body = {"model": "m", "input": "hi", "tools": [SHELL, AGENTS, {"type": "web_search"}]}
+    answer = httpx.post(gw.url("/v1/responses"), json=body, timeout=30)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    # tools[2] as sent (the back end was given it as tools[3], after the two namespace members).
+    assert error["param"] == "tools[2].type"
+    assert (
+        error["message"]
+        == "Unsupported parameter: 'tools[2].type' (web_search) is not supported with this model."
+    )
+    assert provider.requests == []

@@ -10,13 +10,16 @@ way, and a call the model makes to a flattened name is streamed back as ``namesp
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, TypeVar
 
-from ..protocol.request import ResponseRequest
+from ..protocol.request import RequestError, ResponseRequest
+from ..providers.base import ProviderError
 
-__all__ = ["flat_name", "flatten_namespaces"]
+__all__ = ["Flattening", "flat_name", "flatten_namespaces"]
 
 JSON = dict[str, Any]
+_E = TypeVar("_E", RequestError, ProviderError)
 
 
 def flat_name(namespace: str, name: str) -> str:
@@ -24,22 +27,53 @@ def flat_name(namespace: str, name: str) -> str:
     return f"{namespace}{name}" if namespace.endswith("_") else f"{namespace}__{name}"
 
 
-def flatten_namespaces(request: ResponseRequest) -> dict[str, tuple[str, str]]:
+class Flattening:
+    """What :func:`flatten_namespaces` did: the names to report calls under, and where each tool the
+    back end was given stands in the client's request (so a refusal names the client's ``tools[i]``)."""
+
+    _PARAM = re.compile(r"tools\[(\d+)\]")
+
+    def __init__(self, names: dict[str, tuple[str, str]], params: list[str]) -> None:
+        self.names = names
+        self._params = params
+
+    def client_param(self, text: str) -> str:
+        """``text`` (a param or a message) with the back end's ``tools[i]`` as the client's tool."""
+        if not self._params:
+            return text
+        return self._PARAM.sub(lambda m: self._where(int(m.group(1))), text)
+
+    def _where(self, index: int) -> str:
+        return self._params[index] if index < len(self._params) else f"tools[{index}]"
+
+    def client_error(self, exc: _E) -> _E:
+        """``exc`` (a RequestError or ProviderError) with its param and message in the client's terms."""
+        if self._params and exc.param and exc.param.startswith("tools["):
+            exc.message = self.client_param(exc.message)
+            exc.args = (exc.message,)
+            exc.param = self.client_param(exc.param)
+        return exc
+
+
+def flatten_namespaces(request: ResponseRequest) -> Flattening:
     """Replace ``request``'s namespace tools by their members under flat names (new lists, the
-    caller's items are not changed); returns flat name -> (namespace, name) for the builder."""
+    caller's items are not changed); the result maps flat names to (namespace, name) for the builder."""
     if not any(tool["type"] == "namespace" for tool in request.tools):
-        return {}
+        return Flattening({}, [])
     names: dict[str, tuple[str, str]] = {}
+    params: list[str] = []
     tools: list[JSON] = []
-    for tool in request.tools:
+    for i, tool in enumerate(request.tools):
         if tool["type"] != "namespace":
             tools.append(tool)
+            params.append(f"tools[{i}]")
             continue
         namespace = tool["name"]
-        for member in tool.get("tools") or []:
+        for j, member in enumerate(tool.get("tools") or []):
             flat = flat_name(namespace, member["name"])
             names[flat] = (namespace, member["name"])
             tools.append({**member, "name": flat})
+            params.append(f"tools[{i}].tools[{j}]")
     request.tools = tools
     request.input = [_flat_call(item) for item in request.input]
     choice = request.tool_choice
@@ -47,7 +81,7 @@ def flatten_namespaces(request: ResponseRequest) -> dict[str, tuple[str, str]]:
         request.tool_choice = {k: v for k, v in choice.items() if k != "namespace"} | {
             "name": flat_name(choice["namespace"], choice["name"])
         }
-    return names
+    return Flattening(names, params)
 
 
 def _flat_call(item: JSON) -> JSON:

@@ -38,7 +38,7 @@ from ..sealing import Sealer, SealError
 from ..store import RUNNING, TERMINAL, NotFound, ResponseNotFound, Store
 from .capabilities import check_capabilities
 from .errors import HTTPError, send_json
-from .namespaces import flatten_namespaces
+from .namespaces import Flattening, flatten_namespaces
 from .streaming import Recording, follow_stream, respond_json, respond_stream, run_detached
 from .types import Receive, Scope, Send
 
@@ -292,16 +292,16 @@ class ResponsesAPI:
             request.input = [*context, *turn]
         # The Response echoes the tools as the client sent them, whatever the back end is given.
         client_tools = (request.tools, request.tool_choice)
-        tool_namespaces: dict[str, tuple[str, str]] = {}
+        flattening = Flattening({}, [])
         if "namespace" not in provider.capabilities.tool_types:
-            tool_namespaces = flatten_namespaces(request)
+            flattening = flatten_namespaces(request)
         try:
             check_capabilities(request, provider.capabilities)
             provider.check_request(request)
         except RequestError as exc:
-            raise HTTPError.from_request_error(exc) from None
+            raise HTTPError.from_request_error(flattening.client_error(exc)) from None
         except ProviderError as exc:
-            raise HTTPError.from_provider_error(exc) from None
+            raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
         seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
         echo = request.echo()
         echo["tools"], echo["tool_choice"] = client_tools
@@ -310,7 +310,7 @@ class ResponsesAPI:
             echo["store"] = False
         config = app.config
         builder = StreamBuilder(new_response(request.model, **echo), raw_reasoning=config.raw_reasoning)
-        builder.tool_namespaces = tool_namespaces
+        builder.tool_namespaces = flattening.names
         if store is None or not request.store:
             builder.start()
             if request.stream:
