@@ -106,6 +106,10 @@ SCRIPTS: dict[str, Any] = {
             },
         ]
     },
+    # A model silent mid-stream for longer than Codex's idle timeout (set to 1 s below).
+    "codex-slow": {
+        "steps": [{"reasoning": {"summary": ["Thinking."]}}, {"sleep": 2.5}, {"message": "Still here."}]
+    },
     # c) a failure after some text has streamed.
     "codex-fail": {
         "steps": [
@@ -292,6 +296,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 "--api-key",
                 KEY,
                 "--access-log",
+                "--keepalive-interval",
+                "0.3",
                 *scripts,
             ],
             stdout=log,
@@ -350,6 +356,7 @@ def run_codex(
     *,
     key: str = KEY,
     web_search: str | None = "disabled",
+    idle_timeout_ms: int = 20000,
 ) -> Run:
     """``codex exec --json`` as a user runs it, in an empty working directory, with a fresh CODEX_HOME."""
     home = tmp_path / "codex-home"
@@ -374,7 +381,7 @@ def run_codex(
         # Bounded retries keep a failing test short (Codex's defaults are 4 and 5).
         "request_max_retries = 1",
         "stream_max_retries = 1",
-        "stream_idle_timeout_ms = 20000",
+        f"stream_idle_timeout_ms = {idle_timeout_ms}",
     ]
     (home / "config.toml").write_text("\n".join(lines) + "\n")
     env = {
@@ -585,3 +592,14 @@ def test_codex_default_web_search_is_refused_clearly(setup: Setup, codex: Any) -
     assert any(t["type"] == "namespace" for t in exchange.body["tools"][:index])
     message = failed[-1]["error"]["message"]
     assert f"'tools[{index}].type' (web_search) is not supported with this model." in message
+
+
+def test_keepalive_resets_codex_idle_timer(setup: Setup, codex: Any) -> None:
+    # Codex gives up on a stream silent for stream_idle_timeout_ms; the gateway's default keepalive (a
+    # repeated response.in_progress every 0.3 s here) is data Codex counts as activity.
+    run = codex("codex-slow", "Take your time", idle_timeout_ms=1000)
+    assert run.code == 0, run.explain()
+    assert [m["text"] for m in run.items("agent_message")] == ["Still here."]
+    (exchange,) = setup.proxy.responses("codex-slow")
+    kinds = [e["type"] for e in exchange.events]
+    assert kinds.count("response.in_progress") >= 5
