@@ -16,7 +16,9 @@ def ensure_client(name: str) -> Path:
     Fails (never skips) when it cannot be installed: a test that quietly does not run proves nothing.
     """
     if shutil.which("node") is None or shutil.which("npm") is None:
-        raise RuntimeError("Node.js and npm are needed for the real-client tests (apt-get install nodejs npm)")
+        raise RuntimeError(
+            "Node.js and npm are needed for the real-client tests (apt-get install nodejs npm)"
+        )
     done = subprocess.run([str(SCRIPT), name], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"scripts/node-clients.sh {name} failed ({done.returncode}):\n{done.stderr}")

@@ -428,6 +428,33 @@ def test_codex_cached_web_search_is_refused_by_live_only_back_ends(
     assert b"web_search_20250305" in sent or b"googleSearch" in sent
 
 
+@pytest.mark.parametrize("vendor", ["anthropic", "gemini"])
+def test_codex_cached_web_search_is_left_out_when_the_server_drops_web_search(
+    gateway: Factory, upstream: UpstreamMock, vendor: str
+) -> None:
+    # serve --drop-unsupported-tool web_search: the back end's own refusal of the tool's settings
+    # leaves the tool out instead of failing Codex's request.
+    provider: Any
+    if vendor == "anthropic":
+        provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant", upstream_model="claude-x")
+        reply = fixture_reply(ANTHROPIC_PLAIN)
+    else:
+        provider = GeminiProvider(base_url=upstream.url, api_key="AIzaTESTKEY0123456789")
+        reply = fixture_reply(GEMINI_PLAIN)
+    provider.name = "m"
+    gw = gateway([provider], drop_unsupported_tools=("web_search",))
+    upstream.reset([reply])
+    tools = [{"type": "web_search", "external_web_access": False}, CODEX_TOOLS[0]]
+    body = {**CODEX_BODY, "input": [CODEX_BODY["input"][1]], "tools": tools}
+    events = stream_events(gw.url("/v1/responses"), body)
+    check_stream(events)
+    assert events[-1]["type"] == "response.completed"
+    assert [t["type"] for t in events[-1]["response"]["tools"]] == [CODEX_TOOLS[0]["type"]]
+    sent = orjson.dumps(upstream.requests[0].json)
+    assert b"web_search" not in sent and b"googleSearch" not in sent
+    assert CODEX_TOOLS[0]["name"].encode() in sent
+
+
 @pytest.mark.parametrize("vendor", ["anthropic", "gemini", "openai-chat"])
 def test_pitfall_19_bare_reasoning_id_is_tolerated_by_every_upstream_provider(
     gateway: Factory, upstream: UpstreamMock, vendor: str

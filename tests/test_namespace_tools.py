@@ -7,15 +7,19 @@ OpenAI passthrough, so Codex could not start a turn.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from conftest import Gateway, check_stream, stream_events
 from responses_gateway.protocol.request import parse_request
 from responses_gateway.providers.scripted import ScriptedProvider
+from responses_gateway.server.config import ServerConfig
 from responses_gateway.server.namespaces import flat_name, flatten_namespaces
+from responses_gateway.server.run import add_serve_arguments
 
 Factory = Callable[..., Gateway]
 
@@ -169,3 +173,84 @@ def test_a_refused_tool_after_a_namespace_is_named_by_the_clients_index(gateway:
         == "Unsupported parameter: 'tools[2].type' (web_search) is not supported with this model."
     )
     assert provider.requests == []
+
+
+# ---- serve --drop-unsupported-tool: an offered hosted tool the back end cannot run is left out
+
+
+def test_dropped_web_search_lets_the_request_run_and_the_response_says_what_the_model_had(
+    gateway: Factory,
+) -> None:
+    provider = ScriptedProvider([{"message": "No search needed."}], name="m")
+    gw = gateway([provider], drop_unsupported_tools=("web_search",))
+    body: dict[str, Any] = {
+        "model": "m",
+        "input": "hi",
+        "tools": [{"type": "web_search", "external_web_access": False}, SHELL, AGENTS],
+        "stream": True,
+        "store": False,
+    }
+    events = stream_events(gw.url("/v1/responses"), body)
+    check_stream(events)
+    completed = events[-1]["response"]
+    assert completed["status"] == "completed"
+    assert completed["output"][0]["content"][0]["text"] == "No search needed."
+    # The model had the shell and the namespace (flattened), not the search.
+    assert [t["type"] for t in completed["tools"]] == ["function", "namespace"]
+    assert [t["name"] for t in provider.requests[0].tools] == [
+        "exec_command",
+        "multi_agent_v1__list_agents",
+        "multi_agent_v1__close_agent",
+    ]
+
+
+def test_without_the_option_the_same_request_is_refused(gateway: Factory) -> None:
+    gw = gateway([ScriptedProvider([{"message": "never"}], name="m")])
+    body = {"model": "m", "input": "hi", "tools": [{"type": "web_search"}, SHELL]}
+    answer = httpx.post(gw.url("/v1/responses"), json=body, timeout=30)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "tools[0].type"
+
+
+def test_a_dropped_type_the_tool_choice_asks_for_is_still_refused(gateway: Factory) -> None:
+    provider = ScriptedProvider([{"message": "never"}], name="m")
+    gw = gateway([provider], drop_unsupported_tools=("web_search",))
+    forced = {
+        "model": "m",
+        "input": "hi",
+        "tools": [{"type": "web_search"}],
+        "tool_choice": {"type": "web_search"},
+    }
+    allowed = {
+        **forced,
+        "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]},
+    }
+    for body in (forced, allowed):
+        answer = httpx.post(gw.url("/v1/responses"), json=body, timeout=30)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"].startswith(("tool_choice", "tools[0]"))
+    assert provider.requests == []
+
+
+def test_a_tool_not_dropped_is_refused_at_the_clients_index(gateway: Factory) -> None:
+    gw = gateway([ScriptedProvider([{"message": "never"}], name="m")], drop_unsupported_tools=("web_search",))
+    body = {"model": "m", "input": "hi", "tools": [{"type": "web_search"}, {"type": "image_generation"}]}
+    answer = httpx.post(gw.url("/v1/responses"), json=body, timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "tools[1].type"
+
+
+def test_only_hosted_tool_types_can_be_dropped() -> None:
+    for kind in ("function", "custom", "namespace", "nonsense"):
+        with pytest.raises(ValueError, match="not a hosted tool type"):
+            ServerConfig(drop_unsupported_tools=(kind,))
+
+
+def test_serve_option_reaches_the_config() -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args(
+        ["--drop-unsupported-tool", "web_search", "--drop-unsupported-tool", "web_search"]
+    )
+    assert args.drop_unsupported_tool == ["web_search", "web_search"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--drop-unsupported-tool", "function"])

@@ -5,12 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..protocol.request import TOOL_TYPES
+
 KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
 # Raw reasoning text events: OpenAI's ``response.reasoning_text.delta`` (what Codex and the openai SDK
 # read) or the Open Responses spec's ``response.reasoning.delta``.
 RawReasoningEvents = Literal["reasoning_text", "reasoning"]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+# Tool types a server may be told to leave out for back ends that cannot run them: every type but the
+# client's own functions (function, custom; namespaces are flattened, never dropped).
+DROPPABLE_TOOL_TYPES = tuple(t for t in TOOL_TYPES if t not in ("function", "custom", "namespace"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +38,21 @@ class ServerConfig:
     # How long POST /v1/responses/{id}/cancel waits for the running response to stop.
     cancel_wait: float = 5.0
     raw_reasoning: RawReasoningEvents = "reasoning_text"
+    # Hosted tool types (e.g. ``web_search``) left out of a request when its back end cannot run them
+    # and ``tool_choice`` does not ask for them, instead of refusing the request (the default).
+    drop_unsupported_tools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
             raise ValueError(f"keepalive must be in_progress, ping, comment or off, not {self.keepalive!r}")
         if self.raw_reasoning not in ("reasoning_text", "reasoning"):
             raise ValueError(f"raw_reasoning must be reasoning_text or reasoning, not {self.raw_reasoning!r}")
+        for kind in self.drop_unsupported_tools:
+            if kind not in DROPPABLE_TOOL_TYPES:
+                raise ValueError(
+                    f"drop_unsupported_tools: {kind!r} is not a hosted tool type "
+                    f"(one of {', '.join(DROPPABLE_TOOL_TYPES)})"
+                )
         if self.keepalive_interval <= 0:
             raise ValueError("keepalive_interval must be positive")
         if self.max_body_bytes <= 0:

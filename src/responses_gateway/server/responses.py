@@ -38,7 +38,7 @@ from ..sealing import Sealer, SealError
 from ..store import RUNNING, TERMINAL, NotFound, ResponseNotFound, Store
 from .capabilities import check_capabilities
 from .errors import HTTPError, send_json
-from .namespaces import Flattening, flatten_namespaces
+from .namespaces import adapt_tools
 from .streaming import Recording, follow_stream, respond_json, respond_stream, run_detached
 from .types import Receive, Scope, Send
 
@@ -292,19 +292,26 @@ class ResponsesAPI:
             request.input = [*context, *turn]
         # The Response echoes the tools as the client sent them, whatever the back end is given.
         client_tools = (request.tools, request.tool_choice)
-        flattening = Flattening({}, [])
-        if "namespace" not in provider.capabilities.tool_types:
-            flattening = flatten_namespaces(request)
-        try:
-            check_capabilities(request, provider.capabilities)
-            provider.check_request(request)
-        except RequestError as exc:
-            raise HTTPError.from_request_error(flattening.client_error(exc)) from None
-        except ProviderError as exc:
-            raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
+        flattening = adapt_tools(
+            request, supported=provider.capabilities.tool_types, drop=app.config.drop_unsupported_tools
+        )
+        while True:
+            try:
+                check_capabilities(request, provider.capabilities)
+                provider.check_request(request)
+                break
+            except RequestError as exc:
+                if not flattening.drop_refused(request, exc):
+                    raise HTTPError.from_request_error(flattening.client_error(exc)) from None
+            except ProviderError as exc:
+                if not flattening.drop_refused(request, exc):
+                    raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
         seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
         echo = request.echo()
         echo["tools"], echo["tool_choice"] = client_tools
+        if flattening.dropped:
+            # The Response says which tools the model had: the dropped ones are not among them.
+            echo["tools"] = [t for i, t in enumerate(client_tools[0]) if i not in flattening.dropped]
         if store is None:
             # Nothing is kept without a store: the response must not claim it was stored.
             echo["store"] = False

@@ -14,7 +14,7 @@ import uvicorn
 from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
 from .app import GatewayApp
-from .config import DEFAULT_MAX_BODY_BYTES, ServerConfig
+from .config import DEFAULT_MAX_BODY_BYTES, DROPPABLE_TOOL_TYPES, ServerConfig
 from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_from_config
 from .streaming import stop_all_runs
 
@@ -124,6 +124,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "and Codex; default) or reasoning (response.reasoning.delta, the Open Responses spec's spelling)",
     )
     parser.add_argument(
+        "--drop-unsupported-tool",
+        action="append",
+        default=[],
+        choices=DROPPABLE_TOOL_TYPES,
+        metavar="TYPE",
+        help="leave an offered hosted tool of this type (e.g. web_search, which Codex offers on every "
+        "request) out for back ends that cannot run it, instead of answering 400; a tool_choice that "
+        "asks for it is still refused (repeatable)",
+    )
+    parser.add_argument(
         "--shutdown-timeout",
         type=float,
         default=10.0,
@@ -189,6 +199,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         redis_url=redis_url,
         data_dir=data_dir,
         raw_reasoning=args.raw_reasoning_events,
+        drop_unsupported_tools=tuple(dict.fromkeys(args.drop_unsupported_tool)),
     )
     return GatewayApp(build_registry(args), config, preload=args.preload)
 
