@@ -9,7 +9,8 @@ A model catalog (``model_catalog_json``) gives the scripted models the metadata 
 coding model (freeform ``apply_patch``, reasoning summaries, verbosity), so Codex sends what it sends to
 OpenAI; without it Codex uses fallback metadata and offers no ``apply_patch``. The only thing turned off
 is ``web_search``: the scripted back end cannot search, and the gateway refuses that hosted tool with a
-400 (CR::test_codex_hosted_tools_a_back_end_cannot_run_are_refused_naming_the_param).
+400 (CR::test_codex_hosted_tools_a_back_end_cannot_run_are_refused_naming_the_param), unless the gateway
+is started with ``--drop-unsupported-tool web_search`` (the last web search test).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,24 +266,11 @@ class Setup:
     catalog: Path
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    client = ensure_client("codex")
-    codex = client / "node_modules" / ".bin" / "codex"
-    version = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=30)
-    assert version.stdout.split() == ["codex-cli", CODEX_VERSION], version.stdout + version.stderr
-
-    tmp = tmp_path_factory.mktemp("real-codex")
-    scripts = []
-    for name, script in SCRIPTS.items():
-        path = tmp / f"{name}.json"
-        path.write_text(json.dumps({"model": name, **script}))
-        scripts += ["--script", str(path)]
-    catalog = tmp / "catalog.json"
-    catalog.write_text(json.dumps({"models": [_catalog_entry(name) for name in SCRIPTS]}))
-
+@contextmanager
+def _serving(tmp: Path, scripts: list[str], *extra: str) -> Iterator[tuple[int, Path]]:
+    """A ``serve`` process with the scripted models (and ``extra`` options): its port and log file."""
     port = _free_port()
-    log_path = tmp / "gateway.log"
+    log_path = tmp / f"gateway-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -292,12 +281,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 "--port",
                 str(port),
                 "--store",
-                f"sqlite:///{tmp / 'gateway.db'}",
+                f"sqlite:///{tmp / f'gateway-{port}.db'}",
                 "--api-key",
                 KEY,
                 "--access-log",
                 "--keepalive-interval",
                 "0.3",
+                *extra,
                 *scripts,
             ],
             stdout=log,
@@ -305,7 +295,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             stdin=subprocess.DEVNULL,
             env=env,
         )
-    proxy: RecordingProxy | None = None
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -319,17 +308,47 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             if time.monotonic() > deadline:
                 raise AssertionError(f"gateway did not start:\n{log_path.read_text()}")
             time.sleep(0.05)
-        proxy = RecordingProxy(f"http://127.0.0.1:{port}")
-        yield Setup(codex, proxy, port, log_path, catalog)
+        yield port, log_path
     finally:
-        if proxy is not None:
-            proxy.close()
         proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def _setup(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Setup]:
+    client = ensure_client("codex")
+    codex = client / "node_modules" / ".bin" / "codex"
+    version = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=30)
+    assert version.stdout.split() == ["codex-cli", CODEX_VERSION], version.stdout + version.stderr
+
+    tmp = tmp_path_factory.mktemp("real-codex")
+    scripts = []
+    for name, script in SCRIPTS.items():
+        path = tmp / f"{name}.json"
+        path.write_text(json.dumps({"model": name, **script}))
+        scripts += ["--script", str(path)]
+    catalog = tmp / "catalog.json"
+    catalog.write_text(json.dumps({"models": [_catalog_entry(name) for name in SCRIPTS]}))
+    with _serving(tmp, scripts, *extra) as (port, log_path):
+        proxy = RecordingProxy(f"http://127.0.0.1:{port}")
+        try:
+            yield Setup(codex, proxy, port, log_path, catalog)
+        finally:
+            proxy.close()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    yield from _setup(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def dropping_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """A gateway started with ``--drop-unsupported-tool web_search``."""
+    yield from _setup(tmp_path_factory, "--drop-unsupported-tool", "web_search")
 
 
 @dataclass
@@ -592,6 +611,19 @@ def test_codex_default_web_search_is_refused_clearly(setup: Setup, codex: Any) -
     assert any(t["type"] == "namespace" for t in exchange.body["tools"][:index])
     message = failed[-1]["error"]["message"]
     assert f"'tools[{index}].type' (web_search) is not supported with this model." in message
+
+
+def test_codex_default_web_search_is_left_out_by_a_gateway_told_to(
+    dropping_setup: Setup, tmp_path: Path
+) -> None:
+    """``serve --drop-unsupported-tool web_search``: Codex with its default config (web search offered)
+    gets its answer from a back end that cannot search."""
+    run = run_codex(dropping_setup, tmp_path, "codex-plain", "Say hello", web_search=None)
+    assert run.code == 0, run.explain()
+    assert [m["text"] for m in run.items("agent_message")] == ["Hello from the gateway"]
+    (exchange,) = dropping_setup.proxy.responses("codex-plain")
+    assert exchange.status == 200
+    assert any(t["type"] == "web_search" for t in exchange.body["tools"])
 
 
 def test_keepalive_resets_codex_idle_timer(setup: Setup, codex: Any) -> None:
