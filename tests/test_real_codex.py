@@ -18,13 +18,10 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +30,8 @@ import httpx
 import pytest
 
 from node_clients import ensure_client
+from serve_process import serving
 
-GATEWAY = Path(sys.executable).parent / "responses-gateway"
 KEY = "rg-codex-test-key-0123456789"
 CODEX_VERSION = "0.169.0"
 RUN_TIMEOUT = 60  # seconds for one `codex exec` (each normally takes 1-5 s)
@@ -172,12 +169,6 @@ def _catalog_entry(slug: str) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # ------------------------------------------------------------------------------------ recording proxy
 @dataclass
 class Exchange:
@@ -266,58 +257,6 @@ class Setup:
     catalog: Path
 
 
-@contextmanager
-def _serving(tmp: Path, scripts: list[str], *extra: str) -> Iterator[tuple[int, Path]]:
-    """A ``serve`` process with the scripted models (and ``extra`` options): its port and log file."""
-    port = _free_port()
-    log_path = tmp / f"gateway-{port}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                str(GATEWAY),
-                "serve",
-                "--no-local",
-                "--port",
-                str(port),
-                "--store",
-                f"sqlite:///{tmp / f'gateway-{port}.db'}",
-                "--api-key",
-                KEY,
-                "--access-log",
-                "--keepalive-interval",
-                "0.3",
-                *extra,
-                *scripts,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"gateway exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"gateway did not start:\n{log_path.read_text()}")
-            time.sleep(0.05)
-        yield port, log_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
 def _setup(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Setup]:
     client = ensure_client("codex")
     codex = client / "node_modules" / ".bin" / "codex"
@@ -332,10 +271,11 @@ def _setup(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Se
         scripts += ["--script", str(path)]
     catalog = tmp / "catalog.json"
     catalog.write_text(json.dumps({"models": [_catalog_entry(name) for name in SCRIPTS]}))
-    with _serving(tmp, scripts, *extra) as (port, log_path):
-        proxy = RecordingProxy(f"http://127.0.0.1:{port}")
+    gateway = ["--no-local", "--api-key", KEY, "--keepalive-interval", "0.3", *extra, *scripts]
+    with serving(tmp, *gateway) as served:
+        proxy = RecordingProxy(f"http://127.0.0.1:{served.port}")
         try:
-            yield Setup(codex, proxy, port, log_path, catalog)
+            yield Setup(codex, proxy, served.port, served.log, catalog)
         finally:
             proxy.close()
 

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from node_clients import ensure_client
-from test_real_vercel_ai import Served, _node, _serve, _stop
+from serve_process import Served, serve, stop
+from test_real_vercel_ai import _node
 
 JSON = dict[str, Any]
 
@@ -73,9 +74,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         path = tmp / f"{name}.yaml"
         path.write_text(text, encoding="utf-8")
         scripts += ["--script", str(path)]
-    gateway = _serve(tmp, "--no-local", *scripts)
+    gateway = serve(tmp, "--no-local", *scripts)
     yield gateway
-    _stop(gateway)
+    stop(gateway)
 
 
 def _run(client: Path, served: Served, model: str = "agent", **options: Any) -> JSON:

@@ -18,22 +18,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from node_clients import ensure_client
+from serve_process import Served, serve, stop
 
 JSON = dict[str, Any]
-GATEWAY = Path(sys.executable).parent / "responses-gateway"
 
 HELLO = """\
 model: hello
@@ -81,76 +76,6 @@ turns:
 TOOL_RESULT = {"city": "Paris", "sky": "sunny", "celsius": 21}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Served:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=10)
-
-
-def _serve(tmp: Path, *args: str) -> Served:
-    """``responses-gateway serve`` on a free port with its own SQLite store and seal key in ``tmp``."""
-    port = _free_port()
-    log = tmp / f"serve-{port}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(GATEWAY),
-                "serve",
-                "--port",
-                str(port),
-                "--store",
-                f"sqlite:///{tmp / 'gateway.db'}",
-                "--data-dir",
-                str(tmp),
-                "--log-level",
-                "warning",
-                *args,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    served = Served(proc, port, log)
-    deadline = time.monotonic() + 30
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"serve exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
-        try:
-            if served.get("/health").status_code == 200:
-                return served
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"serve did not come up:\n{log.read_text(errors='replace')}")
-        time.sleep(0.05)
-
-
-def _stop(served: Served) -> None:
-    served.proc.terminate()
-    try:
-        served.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        served.proc.kill()
-        served.proc.wait(5)
-
-
 @pytest.fixture(scope="module")
 def client() -> Path:
     return ensure_client("vercel-ai")
@@ -164,9 +89,9 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         path = tmp / f"{name}.yaml"
         path.write_text(text, encoding="utf-8")
         scripts += ["--script", str(path)]
-    served = _serve(tmp, "--no-local", *scripts)
+    served = serve(tmp, "--no-local", *scripts)
     yield served
-    _stop(served)
+    stop(served)
 
 
 def _node(client: Path, script: str, served: Served, model: str, timeout: float = 30, **options: Any) -> JSON:
@@ -347,7 +272,7 @@ def test_chat_history_from_response_messages_is_resolved(client: Path, scripted:
 
 # --- c) structured output
 def test_structured_output_with_the_embedded_model(client: Path, tmp_path: Path) -> None:
-    served = _serve(tmp_path)  # the embedded gemma-3-270m: the scripted provider refuses json_schema
+    served = serve(tmp_path)  # the embedded gemma-3-270m: the scripted provider refuses json_schema
     try:
         # The first request loads the model (and, on a fresh machine, assembles it): a generous limit.
         result = _ok(
@@ -356,7 +281,7 @@ def test_structured_output_with_the_embedded_model(client: Path, tmp_path: Path)
             )
         )
     finally:
-        _stop(served)
+        stop(served)
     (request,) = result["requests"]
     fmt = request["body"]["text"]["format"]
     assert (fmt["type"], fmt["name"], fmt["strict"]) == ("json_schema", "weather", True)
