@@ -56,7 +56,8 @@ def list_fixtures(prefix: str = "", suffixes: tuple[str, ...] = FIXTURE_SUFFIXES
     """
     root = fixtures_dir()
     if not root.is_dir():
-        return []
+        # Loud, not an empty parametrization: a test over no recordings would pass having checked nothing.
+        raise FileNotFoundError(f"the recorded fixtures are not at {root} (set RG_FIXTURES_DIR)")
     names = []
     for path in root.iterdir():
         name = path.name
