@@ -33,6 +33,8 @@ class ResponseRequest:
     parallel_tool_calls: bool = True
     temperature: float | None = None
     top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     max_output_tokens: int | None = None
     max_tool_calls: int | None = None
     text: JSON = field(default_factory=lambda: {"format": {"type": "text"}})
@@ -64,11 +66,13 @@ class ResponseRequest:
         return {
             "background": self.background,
             "conversation": _conversation_echo(self.conversation),
+            "frequency_penalty": self.frequency_penalty,
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
             "max_tool_calls": self.max_tool_calls,
             "metadata": self.metadata,
             "parallel_tool_calls": self.parallel_tool_calls,
+            "presence_penalty": self.presence_penalty,
             "previous_response_id": self.previous_response_id,
             "prompt": self.prompt,
             "prompt_cache_key": self.prompt_cache_key,
@@ -694,6 +698,10 @@ FIELDS: dict[str, _Setter] = {
     "parallel_tool_calls": _set("parallel_tool_calls", _bool),
     "temperature": _set("temperature", lambda v, p: _number(v, p, 0, 2)),
     "top_p": _set("top_p", lambda v, p: _number(v, p, 0, 1)),
+    # In the Open Responses spec's create body (OpenAI's range); the Vercel AI SDK's Open Responses
+    # provider sends them for presencePenalty / frequencyPenalty.
+    "presence_penalty": _set("presence_penalty", lambda v, p: _number(v, p, -2, 2)),
+    "frequency_penalty": _set("frequency_penalty", lambda v, p: _number(v, p, -2, 2)),
     # OpenAI's own API refuses budgets under 16; the back ends behind a gateway (llama.cpp, vLLM, Chat
     # Completions servers) accept any positive budget, so the gateway does too. The openai passthrough
     # relays OpenAI's 400 for a budget it refuses.

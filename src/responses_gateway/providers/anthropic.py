@@ -1059,6 +1059,9 @@ class AnthropicProvider(Provider):
             )
         if request.top_logprobs:
             raise _unsupported("Log probabilities are not available from Anthropic.", "top_logprobs")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(request, name):
+                raise _unsupported(f"'{name}' is not available from Anthropic; leave it out or send 0.", name)
         # Input conversion raises ProviderError(400) for what it cannot send (file ids...).
         _convert_input(request.input, self._sealer)
 

@@ -374,6 +374,10 @@ def build_gemini_body(
         generation["temperature"] = request.temperature
     if request.top_p is not None:
         generation["topP"] = request.top_p
+    if request.presence_penalty is not None:
+        generation["presencePenalty"] = request.presence_penalty
+    if request.frequency_penalty is not None:
+        generation["frequencyPenalty"] = request.frequency_penalty
     fmt = request.text.get("format") or {}
     if fmt.get("type") == "json_schema":
         generation["responseMimeType"] = "application/json"

@@ -361,6 +361,9 @@ class LocalProvider(Provider):
                 )
         if request.top_logprobs:
             raise _bad("The local model does not return log probabilities.", "top_logprobs")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(request, name):
+                raise _bad(f"The local model does not apply '{name}'; leave it out or send 0.", name)
         if "message.output_text.logprobs" in request.include:
             raise _bad("The local model does not return log probabilities.", "include")
 

@@ -370,6 +370,10 @@ def build_chat_body(
         body["temperature"] = request.temperature
     if request.top_p is not None:
         body["top_p"] = request.top_p
+    if request.presence_penalty is not None:
+        body["presence_penalty"] = request.presence_penalty
+    if request.frequency_penalty is not None:
+        body["frequency_penalty"] = request.frequency_penalty
     if request.max_output_tokens is not None:
         body[_max_tokens_field(dialect, base_url)] = request.max_output_tokens
     fmt = request.text.get("format") or {}
