@@ -219,6 +219,13 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
         _err("Unsupported parameter: 'top_logprobs' is not supported with this model.", "top_logprobs"),
     ),
     (
+        {"model": "plain", "input": "hi", "reasoning": {"effort": "high", "summary": "auto"}},
+        400,
+        _err(
+            "Unsupported parameter: 'reasoning.effort' is not supported with this model.", "reasoning.effort"
+        ),
+    ),
+    (
         {"model": "plain", "input": "hi", "stream": True},
         400,
         _err("Unsupported parameter: 'stream' is not supported with this model.", "stream"),
@@ -261,6 +268,22 @@ def test_bad_request(gw: Gateway, body: Any, status: int, error: dict[str, Any])
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     assert response.json() == error
+
+
+def test_a_model_that_does_not_reason_accepts_a_summary_request(gw: Gateway) -> None:
+    # What Codex sends to a model it has no metadata for: nothing to summarize, nothing refused.
+    for reasoning in ({"summary": "auto"}, {"summary": "detailed", "effort": "none"}):
+        body = {
+            "model": "plain",
+            "input": "hi",
+            "reasoning": reasoning,
+            "include": ["reasoning.encrypted_content"],
+        }
+        answer = httpx.post(gw.url("/v1/responses"), json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        response = answer.json()
+        assert response["status"] == "completed" and response["output"][0]["content"][0]["text"] == "ok"
+        assert [item["type"] for item in response["output"]] == ["message"]
 
 
 def test_malformed_json_and_wrong_content_type(gw: Gateway) -> None:

@@ -53,7 +53,8 @@ __all__ = [
 MODEL_NAME = "gemma-3-270m"
 # 8192 tokens of KV cache cost ~150 MB for this model and keep prompt evaluation on two cores bounded;
 # the model itself supports 32k.
-DEFAULT_N_CTX = 8192
+# 16k: Codex's first request alone (its instructions and tools) is ~8,500 tokens.
+DEFAULT_N_CTX = 16384
 # Gemma's published generation config; OpenAI's API has no top_k, and sampling from the full 262k
 # vocabulary makes a small model ramble (and costs a full sort per token).
 DEFAULT_TOP_K = 64

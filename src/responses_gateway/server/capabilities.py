@@ -30,11 +30,11 @@ def check_capabilities(request: ResponseRequest, caps: Capabilities) -> None:
     if forced not in (None, "function", "custom", "allowed_tools") and forced not in caps.tool_types:
         raise _unsupported("tool_choice.type", forced)
     reasoning = request.reasoning or {}
-    if not caps.reasoning:
-        # ``reasoning: {}`` and explicit nulls ask for nothing; an effort or a summary does.
-        for key in ("effort", "summary"):
-            if reasoning.get(key) is not None:
-                raise _unsupported(f"reasoning.{key}")
+    if not caps.reasoning and reasoning.get("effort") not in (None, "none"):
+        # An effort asks the model to think, which it cannot. ``summary`` only says how to present
+        # reasoning: a model that produces none owes no summary (Codex sends ``{"summary": "auto"}``
+        # to every model it has no metadata for), like ``include: ["reasoning.encrypted_content"]``.
+        raise _unsupported("reasoning.effort")
     fmt = request.text.get("format", {}).get("type", "text")
     if fmt != "text" and not caps.structured_output:
         raise _unsupported("text.format", fmt)
