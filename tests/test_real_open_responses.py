@@ -215,7 +215,7 @@ def test_call_settings_are_sent_and_honoured(client: Path, scripted: Served, mod
     ``presencePenalty`` / ``frequencyPenalty`` were a 400 ``unknown_parameter`` before the gateway
     accepted the spec's ``presence_penalty`` / ``frequency_penalty``.
     """
-    settings = {
+    settings: JSON = {
         "system": "Be brief.",
         "temperature": 0.2,
         "topP": 0.9,
