@@ -21,7 +21,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,20 +257,29 @@ class Setup:
     catalog: Path
 
 
-def _setup(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Setup]:
-    client = ensure_client("codex")
-    codex = client / "node_modules" / ".bin" / "codex"
+def codex_binary() -> Path:
+    """The pinned Codex CLI, installed if needed (its version checked)."""
+    codex = ensure_client("codex") / "node_modules" / ".bin" / "codex"
     version = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=30)
     assert version.stdout.split() == ["codex-cli", CODEX_VERSION], version.stdout + version.stderr
+    return codex
 
+
+def write_catalog(path: Path, models: Iterable[str]) -> Path:
+    """A ``model_catalog_json`` file giving ``models`` the metadata of a current OpenAI coding model."""
+    path.write_text(json.dumps({"models": [_catalog_entry(name) for name in models]}))
+    return path
+
+
+def _setup(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Setup]:
+    codex = codex_binary()
     tmp = tmp_path_factory.mktemp("real-codex")
     scripts = []
     for name, script in SCRIPTS.items():
         path = tmp / f"{name}.json"
         path.write_text(json.dumps({"model": name, **script}))
         scripts += ["--script", str(path)]
-    catalog = tmp / "catalog.json"
-    catalog.write_text(json.dumps({"models": [_catalog_entry(name) for name in SCRIPTS]}))
+    catalog = write_catalog(tmp / "catalog.json", SCRIPTS)
     gateway = ["--no-local", "--api-key", KEY, "--keepalive-interval", "0.3", *extra, *scripts]
     with serving(tmp, *gateway) as served:
         proxy = RecordingProxy(f"http://127.0.0.1:{served.port}")
