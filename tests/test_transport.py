@@ -82,8 +82,7 @@ def test_read_returns_error_body_and_pool_is_reused(upstream: UpstreamMock) -> N
             for _ in range(3):
                 resp = await _post(transport, upstream.url + "/x", {})
                 out.append((resp.status, await resp.json()))
-            connector = transport._client().connector
-            assert connector is not None
+            assert transport.idle_connections() == 1  # the three requests shared one connection
             return out
         finally:
             await transport.aclose()
@@ -95,6 +94,29 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_proxy_aware_client_streams_the_same(upstream: UpstreamMock) -> None:
+    """``trust_env=True`` (HTTP(S)_PROXY honoured) takes aiohttp, which speaks to proxies: same results."""
+    payload = b"".join(b'event: e\ndata: {"i": %d}\n\n' % i for i in range(50))
+    upstream.enqueue(
+        stream_reply(payload, split=True, seed=5, max_piece=13), json_reply({"ok": 1}, status=429)
+    )
+
+    async def go() -> tuple[bytes, int, Any, str]:
+        transport = Transport(trust_env=True)
+        try:
+            resp = await _post(transport, upstream.url + "/v1/messages", {})
+            body = b"".join([c async for c in resp.iter_chunks()])
+            err = await _post(transport, upstream.url + "/v1/messages", {})
+            return body, err.status, await err.json(), repr(transport)
+        finally:
+            await transport.aclose()
+
+    body, status, err, shown = asyncio.run(go())
+    assert body == payload
+    assert (status, err) == (429, {"ok": 1})
+    assert shown == "<Transport open>"
 
 
 def test_connect_error_is_502_without_secrets() -> None:

@@ -1,6 +1,6 @@
 """The one I/O seam between providers and their upstream HTTP APIs.
 
-Providers never touch aiohttp directly: they call :meth:`Transport.post` and read the
+Providers never touch the HTTP client directly: they call :meth:`Transport.post` and read the
 :class:`UpstreamResponse` it returns, either whole (:meth:`UpstreamResponse.read`) or as raw byte chunks
 as they arrive (:meth:`UpstreamResponse.iter_chunks`, fed to an incremental SSE decoder). Tests point a
 provider at a local mock server through the same seam.
@@ -9,6 +9,9 @@ Failures below HTTP (DNS, refused or reset connections, timeouts) surface as :cl
 with status 502 (bad gateway) or 504 (timeout), built by :mod:`.upstream_errors`. Header values are
 never put into reprs, exception messages or logs, and URLs are shown without their query string
 (Gemini accepts ``?key=`` there).
+
+The client is :mod:`.http1`, a lean HTTP/1.1 client built for relaying streams (see its docstring
+for why); with ``trust_env=True`` (honour ``HTTP(S)_PROXY``) it is aiohttp, which speaks to proxies.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
 
+from . import http1
 from .upstream_errors import redact_url, transport_error
 
 __all__ = ["Timeouts", "Transport", "UpstreamResponse", "raise_open_files_limit", "redact_url"]
@@ -54,8 +58,35 @@ class Timeouts:
         )
 
 
-class UpstreamResponse:
-    """An upstream HTTP response whose body has not been read yet."""
+class UpstreamResponse(Protocol):
+    """An upstream HTTP response whose body has not been read yet.
+
+    ``iter_chunks`` yields body bytes as they arrive (any sizes, split anywhere) and then releases the
+    connection; ``read``/``json`` take the whole body; ``aclose`` releases the connection: back to the
+    pool if the body was read to its end, else the socket is aborted, which is what makes the upstream
+    stop generating (and billing) when our client went away. Failures are ``ProviderError`` (502/504).
+    """
+
+    status: int
+    headers: Mapping[str, str]
+
+    def iter_chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
+
+    async def json(self) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> UpstreamResponse: ...
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+class AiohttpResponse:
+    """An aiohttp response behind the :class:`UpstreamResponse` interface (the proxy-aware path)."""
 
     __slots__ = ("_done", "_resp", "_timeouts", "_url", "headers", "status")
 
@@ -68,7 +99,7 @@ class UpstreamResponse:
         self.headers: Mapping[str, str] = resp.headers
 
     def __repr__(self) -> str:
-        return f"<UpstreamResponse {self.status} {redact_url(self._url)}>"
+        return f"<AiohttpResponse {self.status} {redact_url(self._url)}>"
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """Yield body bytes as they arrive (any sizes, split anywhere), then release the connection."""
@@ -112,7 +143,7 @@ class UpstreamResponse:
             self._resp.close()
         self._done = True
 
-    async def __aenter__(self) -> UpstreamResponse:
+    async def __aenter__(self) -> AiohttpResponse:
         return self
 
     async def __aexit__(
@@ -150,10 +181,32 @@ class Transport:
         self._trust_env = trust_env
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._http1: http1.Client | None = None
 
     def __repr__(self) -> str:
-        state = "open" if self._session is not None and not self._session.closed else "idle"
-        return f"<Transport {state}>"
+        if self._trust_env:
+            open_ = self._session is not None and not self._session.closed
+        else:
+            open_ = self._http1 is not None and not self._http1.closed
+        return f"<Transport {'open' if open_ else 'idle'}>"
+
+    def _lean(self) -> http1.Client:
+        loop = asyncio.get_running_loop()
+        client = self._http1
+        # A pool is bound to the loop it was made in; a new loop (tests, a restarted server) gets its
+        # own. The old one's sockets belong to its loop and are dropped with it.
+        if client is None or client.closed or client.loop is not loop:
+            client = self._http1 = http1.Client(
+                limit=self._limit,
+                limit_per_host=self._limit_per_host,
+                keepalive=self._keepalive,
+                pool_timeout=self._pool_timeout,
+            )
+        return client
+
+    def idle_connections(self) -> int:
+        """Connections open in the pool and not carrying a request (0 with the aiohttp client)."""
+        return self._http1.idle_connections() if self._http1 is not None else 0
 
     def _client(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -187,6 +240,8 @@ class Transport:
     ) -> UpstreamResponse:
         """POST ``json_body`` (serialized with orjson) and return once the response headers are in."""
         limits = timeouts or self.timeouts
+        if not self._trust_env:
+            return await self._post_lean(url, headers, json_body, limits)
         session = self._client()
         sent = {"Content-Type": "application/json", "User-Agent": "responses-gateway"}
         sent.update(headers)
@@ -200,10 +255,51 @@ class Transport:
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise transport_error(exc, url, limits.connect, reading=False) from None
-        return UpstreamResponse(resp, url, limits)
+        return AiohttpResponse(resp, url, limits)
+
+    async def _post_lean(
+        self, url: str, headers: Mapping[str, str], json_body: Any, limits: Timeouts
+    ) -> UpstreamResponse:
+        sent = {
+            "Content-Type": "application/json",
+            "User-Agent": "responses-gateway",
+            "Accept": "*/*",
+            "Accept-Encoding": "gzip, deflate",
+        }
+        sent.update(headers)
+
+        def reading_error(exc: BaseException) -> BaseException:
+            if isinstance(exc, TimeoutError | OSError):
+                return transport_error(exc, url, limits.read, reading=True)
+            return exc
+
+        try:
+            return await self._lean().post(
+                url,
+                sent,
+                orjson.dumps(json_body),
+                connect_timeout=limits.connect,
+                read_timeout=limits.read,
+                total_timeout=limits.total,
+                error=reading_error,
+                label=redact_url(url),
+            )
+        except http1.UpstreamProtocolError as exc:
+            raise transport_error(exc, url, limits.read, reading=True) from None
+        except http1.ReadTimeout as exc:
+            raise transport_error(exc, url, limits.read, reading=True) from None
+        except TimeoutError as exc:  # connecting, or waiting for a pooled connection
+            raise transport_error(exc, url, limits.connect, reading=False) from None
+        except OSError as exc:
+            raise transport_error(exc, url, limits.connect, reading=False) from None
 
     async def aclose(self) -> None:
         """Close the pool (idempotent)."""
+        lean, self._http1 = self._http1, None
+        if lean is not None and not lean.closed:
+            # RuntimeError: closed from a different loop than it was made in; nothing left to release.
+            with contextlib.suppress(RuntimeError):
+                await lean.aclose()
         session, self._session = self._session, None
         if session is not None and not session.closed:
             # RuntimeError: closed from a different loop than it was made in; nothing left to release.

@@ -53,6 +53,7 @@ import aiohttp
 import orjson
 
 from .base import ProviderError
+from .http1 import UpstreamProtocolError
 
 __all__ = [
     "from_error_payload",
@@ -324,10 +325,14 @@ def transport_error(exc: BaseException, url: str, timeout: float | None, *, read
         what = "sent nothing" if reading else "did not accept the connection"
         limit = f" for {timeout:g}s" if timeout is not None else ""
         return ProviderError(f"Upstream {where} {what}{limit} (timeout).", status=504, code="server_error")
-    if reading:
+    if isinstance(exc, UpstreamProtocolError):
+        reason = f"sent a malformed HTTP response ({exc})"
+    elif reading:
         reason = "closed the connection mid-response"
     elif isinstance(exc, aiohttp.ClientConnectorError):
         reason = f"could not be reached ({type(exc.os_error).__name__}: {exc.os_error.strerror or exc})"
+    elif isinstance(exc, OSError) and exc.strerror:
+        reason = f"could not be reached ({type(exc).__name__}: {exc.strerror})"
     else:
         reason = f"could not be reached ({type(exc).__name__})"
     return ProviderError(scrub(f"Upstream {where} {reason}."), status=502, code="server_error")

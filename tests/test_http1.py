@@ -1,0 +1,359 @@
+"""The lean upstream HTTP/1.1 client (providers/http1.py) against a raw TCP server that writes exact bytes.
+
+What an upstream can send on the wire (lengths, chunks, close-delimited bodies, gzip, interim answers,
+garbage) and what a pool must do with its connections (reuse, the stale keep-alive race, expiry,
+back-pressure), through ``Transport`` as the providers use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from responses_gateway.providers.base import ProviderError
+from responses_gateway.providers.transport import Timeouts, Transport
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
+
+
+class RawServer:
+    """Accepts connections; for each request on a connection calls ``handler(reader, writer, n)`` (n counts
+    requests over the server's life) until it returns False. Records every request it read."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.requests: list[tuple[bytes, dict[str, str], bytes]] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> RawServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                line, *rest = head.decode("latin-1").split("\r\n")
+                headers = {}
+                for h in rest:
+                    if h:
+                        name, _, value = h.partition(":")
+                        headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.requests.append((line.encode(), headers, body))
+                if not await self.handler(reader, writer, len(self.requests)):
+                    return
+        finally:
+            writer.close()
+
+
+def reply(body: bytes, *, headers: str = "", status: str = "200 OK") -> bytes:
+    return f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
+
+
+def chunked(*pieces: bytes, headers: str = "") -> bytes:
+    out = f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n{headers}\r\n"
+    data = out.encode()
+    for p in pieces:
+        data += b"%x\r\n%s\r\n" % (len(p), p)
+    return data + b"0\r\n\r\n"
+
+
+async def read_all(transport: Transport, url: str, body: Any = None) -> tuple[int, bytes, list[bytes]]:
+    resp = await transport.post(url, {"authorization": "Bearer sk-test"}, body or {"x": 1})
+    pieces = [c async for c in resp.iter_chunks()]
+    return resp.status, b"".join(pieces), pieces
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_lengths_chunks_and_keep_alive_reuse() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        if n % 2:
+            writer.write(reply(b'{"n": %d}' % n, headers="Content-Type: application/json\r\n"))
+        else:
+            # Chunk boundaries and TCP writes split anywhere, even inside the chunk-size line.
+            data = chunked(b"data: a\n\n", b"data: b", b"\n\n")
+            for i in range(0, len(data), 7):
+                writer.write(data[i : i + 7])
+                await writer.drain()
+        return True
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                assert await read_all(transport, srv.url) == (200, b'{"n": 1}', [b'{"n": 1}'])
+                status, body, _ = await read_all(transport, srv.url)
+                assert (status, body) == (200, b"data: a\n\ndata: b\n\n")
+                resp = await transport.post(srv.url, {}, {"y": 2})
+                assert resp.headers["content-type"] == "application/json"
+                assert resp.headers["Content-Type"] == "application/json"  # any case
+                assert await resp.json() == {"n": 3}
+                assert srv.connections == 1  # every request on one kept-alive connection
+                assert transport.idle_connections() == 1
+            finally:
+                await transport.aclose()
+            line, headers, body = srv.requests[0]
+            assert line == b"POST /v1/chat/completions HTTP/1.1"
+            assert headers["host"] == f"127.0.0.1:{srv.port}"
+            assert headers["content-type"] == "application/json"
+            assert headers["authorization"] == "Bearer sk-test"
+            assert orjson.loads(body) == {"x": 1}
+
+    run(go())
+
+
+def test_close_delimited_body_and_connection_close_are_not_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 1:  # neither length nor chunks: the body ends with the connection
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: x\n\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"data: y\n\n")
+            return False
+        writer.write(reply(b"ok", headers="Connection: close\r\n"))
+        return False
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                assert (await read_all(transport, srv.url))[:2] == (200, b"data: x\n\ndata: y\n\n")
+                assert (await read_all(transport, srv.url))[:2] == (200, b"ok")
+                assert srv.connections == 2
+                await asyncio.sleep(0.05)
+                assert transport.idle_connections() == 0
+            finally:
+                await transport.aclose()
+
+    run(go())
+
+
+def test_gzip_body_and_interim_answer() -> None:
+    payload = b"".join(b'data: {"i": %d}\n\n' % i for i in range(300))
+    packed = gzip.compress(payload)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n")
+        half = len(packed) // 2
+        writer.write(chunked(packed[:half], packed[half:], headers="Content-Encoding: gzip\r\n"))
+        return True
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                resp = await transport.post(srv.url, {}, {})
+                assert resp.status == 200
+                assert "link" not in resp.headers
+                assert b"".join([c async for c in resp.iter_chunks()]) == payload
+                assert "gzip" in srv.requests[0][1]["accept-encoding"]
+            finally:
+                await transport.aclose()
+
+    run(go())
+
+
+def test_malformed_answer_is_502_naming_it() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+        return False
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                await transport.post(srv.url, {}, {})
+            finally:
+                await transport.aclose()
+
+    with pytest.raises(ProviderError) as info:
+        run(go())
+    assert info.value.status == 502
+    assert "malformed HTTP response" in info.value.message
+
+
+def test_cut_mid_body_is_502_and_the_connection_is_dropped() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ndata: partial")
+        return False
+
+    async def go() -> bytes:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            got = b""
+            try:
+                resp = await transport.post(srv.url, {}, {})
+                try:
+                    async for chunk in resp.iter_chunks():
+                        got += chunk
+                finally:
+                    assert got == b"data: partial"
+                    assert transport.idle_connections() == 0
+            finally:
+                await transport.aclose()
+            return got
+
+    with pytest.raises(ProviderError) as info:
+        run(go())
+    assert info.value.status == 502
+    assert "closed the connection mid-response" in info.value.message
+
+
+def test_stale_keep_alive_connection_is_retried_once_on_a_new_one() -> None:
+    """The upstream drops a kept-alive connection just as a request goes out on it (nothing answered):
+    the request goes once more on a new connection. A connection that answered anything is never
+    retried."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 2:
+            return False  # read the request, close without a byte
+        writer.write(reply(b"r%d" % n))
+        return True
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                assert (await read_all(transport, srv.url))[1] == b"r1"
+                assert (await read_all(transport, srv.url))[1] == b"r3"
+                assert srv.connections == 2
+                assert len(srv.requests) == 3
+            finally:
+                await transport.aclose()
+
+    run(go())
+
+
+def test_fresh_connection_closed_without_answer_is_not_retried() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        return False
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                with pytest.raises(ProviderError) as info:
+                    await transport.post(srv.url, {}, {})
+                assert info.value.status == 502
+                assert len(srv.requests) == 1
+            finally:
+                await transport.aclose()
+
+    run(go())
+
+
+def test_idle_connections_expire_after_the_keepalive_time() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(reply(b"ok"))
+        return True
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport(keepalive=0.2)
+            try:
+                await read_all(transport, srv.url)
+                assert transport.idle_connections() == 1
+                await asyncio.sleep(0.5)
+                assert transport.idle_connections() == 0  # closed by the sweep, not only skipped
+                await read_all(transport, srv.url)
+                assert srv.connections == 2
+            finally:
+                await transport.aclose()
+
+    run(go())
+
+
+def test_total_timeout_is_504() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(100):  # keeps sending, so only the total limit can stop it
+            writer.write(b"9\r\ndata: x\n\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        return False
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport(timeouts=Timeouts(read=1.0, total=0.3))
+            try:
+                resp = await transport.post(srv.url, {}, {})
+                async for _ in resp.iter_chunks():
+                    pass
+            finally:
+                await transport.aclose()
+
+    with pytest.raises(ProviderError) as info:
+        run(go())
+    assert info.value.status == 504
+
+
+def test_a_slow_reader_pauses_the_socket_and_loses_nothing() -> None:
+    piece = b"data: " + b"x" * 4090 + b"\n\n"
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(chunked(*([piece] * 500)))  # ~2 MB at once
+        await writer.drain()
+        return True
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                resp = await transport.post(srv.url, {}, {})
+                total = 0
+                biggest = 0
+                async for chunk in resp.iter_chunks():
+                    total += len(chunk)
+                    biggest = max(biggest, len(chunk))
+                    await asyncio.sleep(0.002)
+                assert total == len(piece) * 500
+                # What is held for a reader that is behind stays bounded (the socket was paused).
+                assert biggest < 1 << 20
+                assert transport.idle_connections() == 1
+            finally:
+                await transport.aclose()
+
+    run(go())
+
+
+def test_header_with_a_line_break_is_refused_without_showing_its_value() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(reply(b"ok"))
+        return True
+
+    async def go() -> None:
+        async with RawServer(handler) as srv:
+            transport = Transport()
+            try:
+                with pytest.raises(ValueError) as info:
+                    await transport.post(srv.url, {"authorization": "Bearer sk-x\r\nX-Evil: 1"}, {})
+                assert "sk-x" not in str(info.value)
+                assert srv.requests == []
+            finally:
+                await transport.aclose()
+
+    run(go())
