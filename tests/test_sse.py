@@ -311,3 +311,77 @@ def test_long_line_in_many_chunks() -> None:
     for pos in range(0, len(wire), 1000):
         events += decoder.feed(wire[pos : pos + 1000])
     assert events == [orjson.loads(payload)]
+
+
+def reference_parse(stream: bytes) -> list[tuple[str, str, str | None, int | None]]:
+    """The WHATWG algorithm read literally, over the whole stream at once (no chunking, no fast path)."""
+    import re
+
+    if stream.startswith(b"\xef\xbb\xbf"):
+        stream = stream[3:]
+    lines = re.split(rb"\r\n|\r|\n", stream)
+    lines.pop()  # the text after the last line end is not a line
+    out: list[tuple[str, str, str | None, int | None]] = []
+    data: list[bytes] = []
+    event = b""
+    last_id: str | None = None
+    retry: int | None = None
+    for line in lines:
+        if not line:
+            if data:
+                name = event.decode("utf-8", "replace") or "message"
+                out.append((name, b"\n".join(data).decode("utf-8", "replace"), last_id, retry))
+            data, event, retry = [], b"", None
+            continue
+        if line.startswith(b":"):
+            continue
+        field, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            event = value
+        elif field == b"id" and b"\0" not in value:
+            last_id = value.decode("utf-8", "replace")
+        elif field == b"retry" and value.isdigit():
+            retry = int(value)
+    return out
+
+
+sse_lines = st.sampled_from(
+    [
+        b'data: {"a": 1}',
+        b"data:x",
+        b"data",
+        b"data: ",
+        b"data:  two spaces",
+        b"event: e",
+        b"event:",
+        b"id: 7",
+        b"id",
+        b"retry: 30",
+        b"retry: x",
+        b": keepalive",
+        b":",
+        b"",
+        b"",
+        b"",
+        b"bogus: 1",
+        b"data: \xc3\xa9",
+        b"data: [DONE]",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(sse_lines, st.sampled_from([b"\n", b"\r\n", b"\r"])), max_size=25),
+    st.lists(st.integers(0, 10_000), max_size=6),
+)
+def test_decoder_matches_the_literal_algorithm(lines: list[tuple[bytes, bytes]], cuts: list[int]) -> None:
+    """Whole ``data:`` blocks take a fast path at event boundaries; whatever the mix of fields, line
+    ends and chunk boundaries, the result is the spec's."""
+    wire = b"".join(line + end for line, end in lines)
+    got = parse_split(wire, [c % (len(wire) + 1) for c in cuts])
+    assert [(m.event, m.data, m.id, m.retry) for m in got] == reference_parse(wire)
