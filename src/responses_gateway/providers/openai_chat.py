@@ -456,6 +456,10 @@ class _Call:
     custom: InputStream | None = None
 
 
+# The keys of a delta that carries nothing but text (the fast path of ChatTranslator._choice).
+_PLAIN_DELTA = frozenset({"content", "role"})
+
+
 def _logprobs(choice: JSON) -> list[JSON] | None:
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
@@ -535,6 +539,18 @@ class ChatTranslator:
 
     def _choice(self, choice: JSON) -> None:
         delta: JSON = _obj(choice.get("delta")) or _obj(choice.get("message"))
+        content = delta.get("content")
+        if _PLAIN_DELTA.issuperset(delta) and not isinstance(content, list):
+            # Most chunks of a stream: some text (or just the role), nothing else to look for.
+            if isinstance(content, str) and content:
+                self._text(content, _logprobs(choice))
+        else:
+            self._delta(delta, choice)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self.finish_reason = reason
+
+    def _delta(self, delta: JSON, choice: JSON) -> None:
         for name in _REASONING_FIELDS:
             text = delta.get(name)
             if isinstance(text, str) and text:
@@ -570,9 +586,6 @@ class ChatTranslator:
             for position, fragment in enumerate(tool_calls):
                 if isinstance(fragment, dict):
                     self._tool_fragment(position, fragment)
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
-            self.finish_reason = reason
 
     def _content_part(self, part: JSON) -> None:
         # Mistral magistral: content is an array of {type:text} and {type:thinking, thinking:[parts]}.
