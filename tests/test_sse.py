@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from responses_gateway.protocol.sse import (
@@ -357,6 +357,8 @@ sse_lines = st.sampled_from(
         b"data: ",
         b"data:  two spaces",
         b"event: e",
+        b"event: response.output_text.delta",
+        b"event:  spaced",
         b"event:",
         b"id: 7",
         b"id",
@@ -374,11 +376,15 @@ sse_lines = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     st.lists(st.tuples(sse_lines, st.sampled_from([b"\n", b"\r\n", b"\r"])), max_size=25),
     st.lists(st.integers(0, 10_000), max_size=6),
 )
+@example([(b"event: e", b"\n"), (b"data: x", b"\n"), (b"data: y", b"\n"), (b"", b"\n")], [])
+@example([(b"id: 7", b"\n"), (b"", b"\n"), (b"data: x", b"\n"), (b"", b"\n")], [])
+@example([(b"event: e", b"\n"), (b"data: x", b"\n"), (b"id: 7", b"\n"), (b"", b"\n")], [])
+@example([(b"event:", b"\n"), (b"data: x", b"\n"), (b"", b"\n")], [])
 def test_decoder_matches_the_literal_algorithm(lines: list[tuple[bytes, bytes]], cuts: list[int]) -> None:
     """Whole ``data:`` blocks take a fast path at event boundaries; whatever the mix of fields, line
     ends and chunk boundaries, the result is the spec's."""

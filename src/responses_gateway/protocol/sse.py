@@ -153,17 +153,29 @@ class SSEDecoder:
             self._tail = [last] if last else []
             return self._lines(lines)
         # At an event boundary (the usual case: a chunk holds whole events), a block that is one
-        # ``data: `` line is the whole event; anything else goes through the field-by-field path.
+        # ``data: `` line, or an ``event: `` line and a ``data: `` line, is the whole event; anything
+        # else goes through the field-by-field path.
         blocks = buf.split(b"\n\n")
         rest = blocks.pop()
         out: list[SSEMessage] = []
         for block in blocks:
             if block[:6] == b"data: " and b"\n" not in block:
                 out.append(SSEMessage("message", block[6:].decode("utf-8", "replace"), self.last_event_id))
-            else:
-                lines = block.split(b"\n")
-                lines.append(b"")
-                out += self._lines(lines)
+                continue
+            if block[:7] == b"event: ":
+                end = block.find(b"\n")
+                if end > 7 and block[end + 1 : end + 7] == b"data: " and block.find(b"\n", end + 1) < 0:
+                    out.append(
+                        SSEMessage(
+                            block[7:end].decode("utf-8", "replace"),
+                            block[end + 7 :].decode("utf-8", "replace"),
+                            self.last_event_id,
+                        )
+                    )
+                    continue
+            lines = block.split(b"\n")
+            lines.append(b"")
+            out += self._lines(lines)
         if rest:
             lines = rest.split(b"\n")
             last = lines.pop()
