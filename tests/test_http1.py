@@ -58,7 +58,9 @@ class RawServer:
                 for h in rest:
                     if h:
                         name, _, value = h.partition(":")
-                        headers[name.strip().lower()] = value.strip()
+                        key = name.strip().lower()
+                        # A repeated header shows as both values (as a proxy would fold them).
+                        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.requests.append((line.encode(), headers, body))
                 if not await self.handler(reader, writer, len(self.requests)):
@@ -80,7 +82,9 @@ def chunked(*pieces: bytes, headers: str = "") -> bytes:
 
 
 async def read_all(transport: Transport, url: str, body: Any = None) -> tuple[int, bytes, list[bytes]]:
-    resp = await transport.post(url, {"authorization": "Bearer sk-test"}, body or {"x": 1})
+    resp = await transport.post(
+        url, {"authorization": "Bearer sk-test", "accept": "text/event-stream"}, body or {"x": 1}
+    )
     pieces = [c async for c in resp.iter_chunks()]
     return resp.status, b"".join(pieces), pieces
 
@@ -118,6 +122,7 @@ def test_lengths_chunks_and_keep_alive_reuse() -> None:
                 await transport.aclose()
             line, headers, body = srv.requests[0]
             assert line == b"POST /v1/chat/completions HTTP/1.1"
+            assert headers["accept"] == "text/event-stream"  # the provider's, not beside a default
             assert headers["host"] == f"127.0.0.1:{srv.port}"
             assert headers["content-type"] == "application/json"
             assert headers["authorization"] == "Bearer sk-test"
@@ -357,3 +362,106 @@ def test_header_with_a_line_break_is_refused_without_showing_its_value() -> None
                 await transport.aclose()
 
     run(go())
+
+
+def _tls_files(tmp: Any) -> tuple[str, str, str]:
+    """A CA and a server certificate for localhost / 127.0.0.1 signed by it (PEM paths)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("test CA"))
+        .issuer_name(name("test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("localhost"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_pem, cert_pem, key_pem = tmp / "ca.pem", tmp / "cert.pem", tmp / "key.pem"
+    ca_pem.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(ca_pem), str(cert_pem), str(key_pem)
+
+
+def test_https_verifies_the_certificate(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``https`` upstreams are verified against the system's CAs (here: a test CA named by
+    SSL_CERT_FILE, which OpenSSL reads as the default store); an unknown issuer is a 502."""
+    import ssl
+
+    ca, cert, key = _tls_files(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(chunked(b"data: secure\n\n"))
+        await writer.drain()
+
+    async def go() -> tuple[bytes, ProviderError]:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            monkeypatch.setenv("SSL_CERT_FILE", ca)
+            trusting = Transport()
+            try:
+                body = (await read_all(trusting, f"https://localhost:{port}/v1/responses"))[1]
+            finally:
+                await trusting.aclose()
+            monkeypatch.delenv("SSL_CERT_FILE")
+            strict = Transport()
+            try:
+                with pytest.raises(ProviderError) as info:
+                    await strict.post(f"https://127.0.0.1:{port}/v1/responses", {}, {})
+            finally:
+                await strict.aclose()
+            return body, info.value
+        finally:
+            server.close()
+
+    body, error = run(go())
+    assert body == b"data: secure\n\n"
+    assert error.status == 502
+    assert "SSLCertVerificationError" in error.message

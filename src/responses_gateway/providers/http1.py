@@ -483,7 +483,12 @@ class Client:
         for attempt in (0, 1):
             conn = await self._acquire(key, connect_timeout, deadline)
             left = None if deadline is None else max(0.0, deadline - loop.time())
-            conn.send(request, read_timeout, left)
+            try:
+                conn.send(request, read_timeout, left)
+            except BaseException:
+                conn.fail(UpstreamClosed("the request could not be written"))
+                self.release(conn)
+                raise
             while not conn.headers_done and conn.exc is None:
                 try:
                     await conn.wait()

@@ -260,13 +260,17 @@ class Transport:
     async def _post_lean(
         self, url: str, headers: Mapping[str, str], json_body: Any, limits: Timeouts
     ) -> UpstreamResponse:
-        sent = {
-            "Content-Type": "application/json",
-            "User-Agent": "responses-gateway",
-            "Accept": "*/*",
-            "Accept-Encoding": "gzip, deflate",
+        # Header names are case-insensitive: the provider's own (e.g. ``accept: text/event-stream``)
+        # replace these defaults rather than going out beside them.
+        named = {
+            "content-type": ("Content-Type", "application/json"),
+            "user-agent": ("User-Agent", "responses-gateway"),
+            "accept": ("Accept", "*/*"),
+            "accept-encoding": ("Accept-Encoding", "gzip, deflate"),
         }
-        sent.update(headers)
+        for name, value in headers.items():
+            named[name.lower()] = (name, value)
+        sent = dict(named.values())
 
         def reading_error(exc: BaseException) -> BaseException:
             if isinstance(exc, TimeoutError | OSError):
