@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import socket
 import ssl
@@ -465,19 +466,8 @@ class Client:
         """
         if self.closed:
             raise ConnectionError("the upstream client is closed")
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in _PORTS:
-            raise ValueError(f"unsupported URL scheme {scheme!r}")
-        host = parts.hostname
-        if not host:
-            raise ValueError("the URL has no host")
-        port = parts.port or _PORTS[scheme]
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        default = port == _PORTS[scheme]
-        shown = f"[{host}]" if ":" in host else host
-        request = _request_bytes(target, shown if default else f"{shown}:{port}", headers, body)
-        key: Key = (scheme, host, port)
+        key, target, host_header = _parse_url(url)
+        request = _request_bytes(target, host_header, headers, body)
         loop = self._loop
         deadline = None if total_timeout is None else loop.time() + total_timeout
         for attempt in (0, 1):
@@ -685,13 +675,29 @@ class Client:
         self._waiters.clear()
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_url(url: str) -> tuple[Key, str, str]:
+    """(pool key, request target, Host header) of a URL; cached, providers post to a few URLs."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _PORTS:
+        raise ValueError(f"unsupported URL scheme {scheme!r}")
+    host = parts.hostname
+    if not host:
+        raise ValueError("the URL has no host")
+    port = parts.port or _PORTS[scheme]
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    shown = f"[{host}]" if ":" in host else host
+    return (scheme, host, port), target, shown if port == _PORTS[scheme] else f"{shown}:{port}"
+
+
 def _request_bytes(target: str, host: str, headers: Mapping[str, str], body: bytes) -> bytes:
     lines = [f"POST {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
         lname = name.lower()
         if lname in ("host", "content-length", "transfer-encoding", "connection"):
             continue  # ours to set
-        if any(c in name for c in "\r\n:") or "\r" in value or "\n" in value:
+        if "\r" in name or "\n" in name or ":" in name or "\r" in value or "\n" in value:
             raise ValueError(f"invalid header {name!r}")  # the value is never shown: it may be a key
         lines.append(f"{name}: {value}")
     lines.append(f"Content-Length: {len(body)}")
