@@ -12,7 +12,7 @@ It is sans-IO: events are plain dicts appended to a pending list that the caller
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from .response import ID_PREFIXES, JSON, make_usage, new_id
@@ -117,6 +117,10 @@ class StreamBuilder:
         # Flat tool name -> (namespace, name), for back ends that got namespace members as plain tools
         # (server/namespaces.py): a call to such a name is reported under its namespace.
         self.tool_namespaces: dict[str, tuple[str, str]] = {}
+        # Set by whoever sends this stream (the server, for a streamed response): a provider may call
+        # it instead of yielding, from an I/O callback, when events are ready. It returns None, or an
+        # awaitable the provider should let finish before it reads more (the client is slow).
+        self.push: Callable[[], Awaitable[None] | None] | None = None
 
     # ------------------------------------------------------------------ draining
     def take(self) -> list[JSON]:

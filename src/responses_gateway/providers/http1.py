@@ -32,7 +32,7 @@ import socket
 import ssl
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -41,7 +41,7 @@ import httptools
 import orjson
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["Client", "ReadTimeout", "Response", "UpstreamClosed", "UpstreamProtocolError"]
+__all__ = ["Client", "ReadTimeout", "Response", "StopPumping", "UpstreamClosed", "UpstreamProtocolError"]
 
 _PORTS = {"http": 80, "https": 443}
 # Decoded body bytes held for a reader that is behind before the socket stops being read.
@@ -55,6 +55,11 @@ Key = tuple[str, str, int]
 
 class UpstreamProtocolError(OSError):
     """The upstream's answer is not a well-formed HTTP/1.1 response."""
+
+
+class StopPumping(Exception):
+    """Raised by a :meth:`Response.pump` callback that has all it needs: the pumping ends (the
+    connection is dropped, since the rest of the body was not read)."""
 
 
 class ReadTimeout(TimeoutError):
@@ -85,6 +90,7 @@ class _Conn(asyncio.Protocol):
         "closed",
         "complete",
         "exc",
+        "generation",
         "has_length",
         "headers_done",
         "idle_since",
@@ -96,6 +102,8 @@ class _Conn(asyncio.Protocol):
         "read_timeout",
         "received",
         "reused",
+        "sink",
+        "sink_error",
         "status",
         "transport",
         "waiter",
@@ -112,9 +120,11 @@ class _Conn(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._total_timer: asyncio.TimerHandle | None = None
         self.read_timeout: float | None = None
+        self.generation = 0
         self._reset()
 
     def _reset(self) -> None:
+        self.generation += 1
         self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self._raw_headers: list[tuple[str, str]] = []
@@ -130,6 +140,9 @@ class _Conn(asyncio.Protocol):
         self.exc: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.last_read = 0.0
+        # Push mode (Response.pump): body bytes go straight to this callback, from the I/O callback.
+        self.sink: Callable[[bytes], Awaitable[None] | None] | None = None
+        self.sink_error: BaseException | None = None
 
     # -- the request in flight ---------------------------------------------------------------------
 
@@ -275,12 +288,36 @@ class _Conn(asyncio.Protocol):
         _wake(self.waiter)
 
     def on_body(self, body: bytes) -> None:
+        sink = self.sink
+        if sink is not None:
+            if self.exc is not None:
+                return
+            try:
+                wait = sink(body)
+            except BaseException as exc:
+                # Raised by the consumer (or StopPumping): Response.pump raises it in its task.
+                self.sink_error = exc
+                self.fail(UpstreamClosed("the consumer stopped reading"))
+                return
+            if wait is not None and not self.paused and self.transport is not None:
+                # The consumer cannot take more until ``wait`` is done (its client is slow).
+                self.paused = True
+                self.transport.pause_reading()
+                resume = functools.partial(self._resume_push, self.generation)
+                asyncio.ensure_future(wait).add_done_callback(resume)
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
         _wake(self.waiter)
+
+    def _resume_push(self, generation: int, _: object) -> None:
+        if self.paused and generation == self.generation:
+            self.paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
 
     def on_message_complete(self) -> None:
         if not self.headers_done:
@@ -360,6 +397,49 @@ class Response:
         except BaseException:
             self.close()
             raise
+        self._finish()
+
+    async def pump(self, on_chunk: Callable[[bytes], Awaitable[None] | None]) -> None:
+        """Call ``on_chunk`` with body bytes as they arrive, from the socket's callback (no task hop
+        per chunk), until the body ends; then the connection goes back to the pool.
+
+        ``on_chunk`` returns None, or an awaitable to wait for before more is read (the socket is
+        paused meanwhile). An exception it raises aborts the connection and is raised here, except
+        :class:`StopPumping`, which only ends the pumping. Failures are raised as by iter_chunks.
+        """
+        conn = self._conn
+        if self._decoder is not None:
+            async for chunk in self.iter_chunks():  # compressed: decode in the task, rare for streams
+                wait = on_chunk(chunk)
+                if wait is not None:
+                    await wait
+            return
+        try:
+            if conn.chunks:
+                wait = on_chunk(conn.take())
+                if wait is not None:
+                    await wait
+            conn.sink = on_chunk
+            while not conn.complete and conn.exc is None:
+                await conn.wait()
+        except StopPumping:
+            self.close()
+            return
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            conn.sink = None
+        error = conn.sink_error
+        if error is not None:
+            conn.sink_error = None
+            self.close()
+            if isinstance(error, StopPumping):
+                return
+            raise error
+        if conn.exc is not None:
+            self.close()
+            raise self._error(conn.exc) from None
         self._finish()
 
     async def read(self) -> bytes:
@@ -569,6 +649,10 @@ class Client:
             return
         conn.busy = False
         conn.stop_timers()
+        if conn.paused:  # the body is complete; a consumer's pending wait is not the pool's concern
+            conn.paused = False
+            if conn.transport is not None:
+                conn.transport.resume_reading()
         host = self._hosts.get(conn.key)
         if host is not None:
             host.active -= 1

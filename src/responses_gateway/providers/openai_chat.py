@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -42,7 +42,7 @@ from .custom_tools import (
     custom_parameters,
     custom_tool_names,
 )
-from .transport import Timeouts, Transport
+from .transport import StopPumping, Timeouts, Transport
 from .upstream_errors import from_error_payload, from_http, redact_url
 
 __all__ = [
@@ -955,14 +955,30 @@ class OpenAIChatProvider(Provider):
                 turn.done = True
             else:
                 decoder = SSEDecoder()
-                async for raw_chunk in resp.iter_chunks():
-                    for msg in decoder.feed(raw_chunk):
-                        _dispatch(turn, msg.event, msg.data)
-                    if turn.error is not None:
-                        break
-                    if turn.dirty:
-                        turn.dirty = False
-                        yield
+                push = builder.push
+                if push is not None:
+                    # The server sends as we go: each upstream read is translated and sent from the
+                    # socket's callback, with no task hop per event.
+                    def on_chunk(raw_chunk: bytes) -> Awaitable[None] | None:
+                        for msg in decoder.feed(raw_chunk):
+                            _dispatch(turn, msg.event, msg.data)
+                        if turn.error is not None:
+                            raise StopPumping
+                        if turn.dirty:
+                            turn.dirty = False
+                            return push()
+                        return None
+
+                    await resp.pump(on_chunk)
+                else:
+                    async for raw_chunk in resp.iter_chunks():
+                        for msg in decoder.feed(raw_chunk):
+                            _dispatch(turn, msg.event, msg.data)
+                        if turn.error is not None:
+                            break
+                        if turn.dirty:
+                            turn.dirty = False
+                            yield
                 for msg in decoder.flush():
                     _dispatch(turn, msg.event, msg.data)
         except ProviderError as exc:

@@ -14,7 +14,7 @@ is also fed to an incremental :class:`StreamChecker`; what it finds is logged, n
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -24,7 +24,7 @@ from ..protocol.checker import StreamChecker
 from ..protocol.request import JSON, TOOL_TYPES, ResponseRequest
 from ..protocol.sse import SSEDecoder
 from .base import Capabilities, Provider, ProviderError
-from .transport import Timeouts, Transport
+from .transport import StopPumping, Timeouts, Transport
 from .upstream_errors import from_error_payload, from_http, redact_url
 
 __all__ = ["GATEWAY_FIELDS", "OpenAIResponsesProvider", "ResponsesRelay", "build_responses_body"]
@@ -606,14 +606,30 @@ class OpenAIResponsesProvider(Provider):
                 replay_response(relay, await resp.json())
             else:
                 decoder = SSEDecoder()
-                async for raw_chunk in resp.iter_chunks():
-                    for msg in decoder.feed(raw_chunk):
-                        _dispatch(relay, msg.data)
-                    if relay.dirty:
-                        relay.dirty = False
-                        yield
-                    if relay.finished:
-                        break
+                push = builder.push
+                if push is not None:
+                    # The server sends as we go, from the socket's callback (no task hop per event).
+                    def on_chunk(raw_chunk: bytes) -> Awaitable[None] | None:
+                        for msg in decoder.feed(raw_chunk):
+                            _dispatch(relay, msg.data)
+                        wait = None
+                        if relay.dirty:
+                            relay.dirty = False
+                            wait = push()
+                        if relay.finished:
+                            raise StopPumping
+                        return wait
+
+                    await resp.pump(on_chunk)
+                else:
+                    async for raw_chunk in resp.iter_chunks():
+                        for msg in decoder.feed(raw_chunk):
+                            _dispatch(relay, msg.data)
+                        if relay.dirty:
+                            relay.dirty = False
+                            yield
+                        if relay.finished:
+                            break
                 for msg in decoder.flush():
                     _dispatch(relay, msg.data)
         except ProviderError as exc:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -27,9 +27,17 @@ import aiohttp
 import orjson
 
 from . import http1
+from .http1 import StopPumping
 from .upstream_errors import redact_url, transport_error
 
-__all__ = ["Timeouts", "Transport", "UpstreamResponse", "raise_open_files_limit", "redact_url"]
+__all__ = [
+    "StopPumping",
+    "Timeouts",
+    "Transport",
+    "UpstreamResponse",
+    "raise_open_files_limit",
+    "redact_url",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,12 @@ class UpstreamResponse(Protocol):
 
     def iter_chunks(self) -> AsyncIterator[bytes]: ...
 
+    async def pump(self, on_chunk: Callable[[bytes], Awaitable[None] | None]) -> None:
+        """``on_chunk(bytes)`` for each piece of the body as it arrives, possibly from the socket's
+        I/O callback itself (no task hop); it returns None or an awaitable to wait for before more is
+        read, and may raise :class:`StopPumping` to stop reading. Returns when the body has ended."""
+        ...
+
     async def read(self) -> bytes: ...
 
     async def json(self) -> Any: ...
@@ -112,6 +126,16 @@ class AiohttpResponse:
             raise transport_error(exc, self._url, self._timeouts.read, reading=True) from None
         self._done = True
         await self.aclose()
+
+    async def pump(self, on_chunk: Callable[[bytes], Awaitable[None] | None]) -> None:
+        """As :meth:`UpstreamResponse.pump`, from this task (aiohttp has no callback for its body)."""
+        try:
+            async for chunk in self.iter_chunks():
+                wait = on_chunk(chunk)
+                if wait is not None:
+                    await wait
+        except StopPumping:
+            await self.aclose()
 
     async def read(self) -> bytes:
         """The whole body."""

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import types
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,19 +199,48 @@ def _encode(events: list[dict[str, Any]]) -> bytes:
     return b"".join([encode_event(e) for e in events])
 
 
+@types.coroutine
+def _resume(coro: Generator[Any, Any, None], yielded: Any) -> Generator[Any, Any, None]:
+    """Go on driving ``coro`` (an awaitable's iterator), which was stepped outside any task and
+    suspended on ``yielded``."""
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as exc:
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration:
+                return
+
+
 class _Relay:
-    """Sends SSE body messages and the keepalive between them."""
+    """Sends SSE body messages and the keepalive between them.
+
+    Two ways in: ``await send(body)`` from the request task, and ``push(body)`` from a provider's I/O
+    callback (``StreamBuilder.push``), which sends at once when the server's ``send`` completes
+    without suspending (uvicorn's does unless the client's socket is backed up) and otherwise
+    finishes it in a task, queueing what is pushed meanwhile, and returns that task for the provider
+    to wait on. Frames never interleave: ``send`` and the keepalive wait for that task first.
+    """
 
     __slots__ = (
         "_builder",
+        "_busy",
         "_interval",
         "_keepalive",
         "_loop",
         "_mode",
+        "_queue",
         "_record",
         "_seal",
         "_send",
         "_sending",
+        "_started",
         "_timer",
         "last",
     )
@@ -233,16 +263,74 @@ class _Relay:
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._keepalive: asyncio.Task[None] | None = None
+        self._busy: asyncio.Task[None] | None = None
+        self._queue: list[dict[str, Any]] = []
         self._sending = False
+        self._started = False
         self.last = self._loop.time()
 
-    async def start(self, first: bytes) -> None:
-        await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await self.send(first)
+    @property
+    def started(self) -> bool:
+        """The response head has gone out (by ``start`` or a first ``push``)."""
+        return self._started
+
+    def _arm(self) -> None:
         if self._mode != "off":
             self._timer = self._loop.call_at(self.last + self._interval, self._fire)
 
+    async def start(self, first: bytes) -> None:
+        self._started = True
+        await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await self.send(first)
+        self._arm()
+
+    def push(self, body: bytes) -> asyncio.Task[None] | None:
+        """Send ``body`` now if possible (see the class); the task still sending, or None."""
+        queue = self._queue
+        if not self._started:
+            self._started = True
+            queue.append({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            self._arm()
+        queue.append({"type": "http.response.body", "body": body, "more_body": True})
+        busy = self._busy
+        if busy is not None:
+            return busy
+        keepalive = self._keepalive
+        if keepalive is not None and not keepalive.done():
+            busy = self._busy = self._loop.create_task(self._drain(None, None, keepalive))
+            return busy
+        send = self._send
+        while queue:
+            coro = send(queue.pop(0)).__await__()
+            try:
+                yielded = coro.send(None)
+            except StopIteration:
+                continue
+            busy = self._busy = self._loop.create_task(self._drain(coro, yielded, None))
+            return busy
+        self.last = self._loop.time()
+        return None
+
+    async def _drain(
+        self, coro: Generator[Any, Any, None] | None, yielded: Any, after: asyncio.Future[None] | None
+    ) -> None:
+        self._sending = True
+        try:
+            if after is not None:
+                await after
+            if coro is not None:
+                await _resume(coro, yielded)
+            queue = self._queue
+            while queue:
+                await self._send(queue.pop(0))
+        finally:
+            self._sending = False
+            self._busy = None
+            self.last = self._loop.time()
+
     async def send(self, body: bytes, *, more: bool = True) -> None:
+        while self._busy is not None:
+            await self._busy  # what was pushed goes first
         if self._keepalive is not None:
             # Frames must not interleave: let a keepalive already on its way finish first.
             pending, self._keepalive = self._keepalive, None
@@ -257,7 +345,12 @@ class _Relay:
     def _fire(self) -> None:
         now = self._loop.time()
         due = self.last + self._interval
-        if now < due or self._sending or (self._keepalive is not None and not self._keepalive.done()):
+        if (
+            now < due
+            or self._sending
+            or self._busy is not None
+            or (self._keepalive is not None and not self._keepalive.done())
+        ):
             # Something was sent since this timer was set (or is being sent): wait out the new silence.
             self._timer = self._loop.call_at(max(due, now + self._interval / 8), self._fire)
             return
@@ -295,6 +388,10 @@ class _Relay:
         if self._keepalive is not None:
             self._keepalive.cancel()
             self._keepalive = None
+        if self._busy is not None:
+            self._busy.cancel()
+            self._busy = None
+        self._queue.clear()
 
 
 def _fail(builder: StreamBuilder, code: str, message: str, param: str | None = None) -> None:
@@ -326,11 +423,26 @@ async def respond_stream(
     the response right after the stream ends finds it finished. ``seal`` rewrites what the client
     sees (sealed ``encrypted_content``), never what is stored.
     """
-    agen = _open(provider, request, builder)
     record = recording.add if recording is not None else _no_record
-    watch = ClientWatch(receive, recording.stop if recording is not None else None)
     relay = _Relay(send, builder, keepalive, keepalive_interval, record, seal)
     started = ended = False
+
+    def push() -> asyncio.Task[None] | None:
+        # A provider's "yield" from its I/O callback (StreamBuilder.push). The terminal event is left
+        # for the loop below: it is written to the store before it is sent, which takes an await.
+        nonlocal started
+        if ended or builder.finished:
+            return None
+        events = builder.take()
+        if not events:
+            return None
+        record(events, None)
+        started = True
+        return relay.push(_encode(seal(events)))
+
+    builder.push = push
+    agen = _open(provider, request, builder)
+    watch = ClientWatch(receive, recording.stop if recording is not None else None)
 
     async def end(events: list[JSON]) -> None:
         # The terminal event goes out in the last body message. Past this point a disconnect changes
@@ -341,7 +453,7 @@ async def respond_stream(
         relay.stop_timer()
         watch.close()
         await _settle(recording)
-        if not started:
+        if not relay.started:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         await relay.send(_encode(seal(events)), more=False)
 
@@ -356,7 +468,8 @@ async def respond_stream(
                 if builder.finished:
                     # Keep iterating (without sending) so the provider runs to its natural end.
                     await end(events)
-                elif started:
+                elif relay.started:
+                    started = True
                     await relay.send(_encode(seal(events)))
                 else:
                     started = True
@@ -395,10 +508,11 @@ async def respond_stream(
         tail = await stop_run(builder, recording, watch.reason)
         if not watch.gone and tail and not ended:
             with contextlib.suppress(Exception):
-                if not started:
+                if not relay.started:
                     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
                 await relay.send(_encode(seal(tail)), more=False)
     finally:
+        builder.push = None
         relay.abort()
         watch.close()
         await _close(agen)

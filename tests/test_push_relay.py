@@ -1,0 +1,202 @@
+"""Push relay: openai-chat and the Responses passthrough send each upstream read from the socket's
+callback (``StreamBuilder.push``), not through a task hop per event. These tests hold it to what the
+generator path guarantees: a slow client loses nothing and backs the upstream up instead of the
+gateway's memory, keepalives keep their place in the sequence, a client that leaves closes the
+upstream, and a stream through a fallback chain still goes out whole."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from conftest import Gateway, check_stream, decode_sse, start_gateway
+from responses_gateway.protocol.accumulator import accumulate
+from responses_gateway.providers.fallback import FallbackProvider
+from responses_gateway.providers.openai_chat import OpenAIChatProvider
+from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
+from responses_gateway.server import streaming
+from upstream_mock import UpstreamMock, stream_reply
+
+CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":%s}}]}\n\n'
+END = (
+    'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+    "data: [DONE]\n\n"
+)
+
+
+def chat_body(pieces: list[str]) -> bytes:
+    head = 'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    body = head + "".join(CHUNK % orjson.dumps(p).decode() for p in pieces)
+    return (body + END % (len(pieces), len(pieces) + 3)).encode()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamMock]:
+    with UpstreamMock() as mock:
+        yield mock
+
+
+@pytest.fixture(scope="module")
+def drains() -> list[int]:
+    return [0]
+
+
+@pytest.fixture(scope="module")
+def served(upstream: UpstreamMock, drains: list[int]) -> Iterator[Gateway]:
+    """The gateway, with _Relay._drain counted: it runs only when a send could not complete at once."""
+    original = streaming._Relay._drain
+
+    async def counted(self: Any, *args: Any) -> None:
+        drains[0] += 1
+        await original(self, *args)
+
+    streaming._Relay._drain = counted  # type: ignore[method-assign]
+    chat = OpenAIChatProvider(base_url=upstream.url + "/v1", api_key="sk-push", upstream_model="m")
+    chat.name = "chat"
+    passthrough = OpenAIResponsesProvider(
+        base_url=upstream.url + "/v1", api_key="sk-push", upstream_model="m"
+    )
+    passthrough.name = "resp"
+    fallback = FallbackProvider(
+        [
+            ("chat", OpenAIChatProvider(base_url=upstream.url + "/v1", api_key="k", upstream_model="a")),
+            ("chat2", OpenAIChatProvider(base_url=upstream.url + "/v1", api_key="k", upstream_model="b")),
+        ],
+        retries=0,
+        sleep=lambda _: asyncio.sleep(0),
+    )
+    fallback.name = "chain"
+    gw = start_gateway([chat, passthrough, fallback], keepalive="in_progress", keepalive_interval=0.2)
+    yield gw
+    gw.stop()
+    streaming._Relay._drain = original  # type: ignore[method-assign]
+
+
+def raw_request(port: int, model: str, *, rcvbuf: int | None = None) -> socket.socket:
+    body = orjson.dumps({"model": model, "input": "hi", "stream": True})
+    sock = socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    return sock
+
+
+def read_sse(sock: socket.socket) -> list[dict[str, Any]]:
+    """The events of a chunked SSE answer read to its end."""
+    received: list[bytes] = []
+    sock.settimeout(30)
+    tail = b""
+    while not tail.endswith(b"0\r\n\r\n"):
+        got = sock.recv(1 << 16)
+        if not got:
+            break
+        received.append(got)
+        tail = (tail + got)[-16:]
+    data = b"".join(received)
+    head, _, _ = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    pieces: list[bytes] = []
+    at = len(head) + 4
+    while at < len(data):
+        end = data.index(b"\r\n", at)
+        size = int(data[at:end], 16)
+        if size == 0:
+            break
+        pieces.append(data[end + 2 : end + 2 + size])
+        at = end + 4 + size
+    return decode_sse(b"".join(pieces))
+
+
+def test_a_slow_client_gets_everything_in_order(
+    upstream: UpstreamMock, served: Gateway, drains: list[int]
+) -> None:
+    # ~6 MB of text arriving as fast as the upstream can write it, to a client that reads nothing for
+    # a second: the gateway's sends stop completing at once, the upstream socket is paused.
+    pieces = [f"<{i:05d}>" + "x" * 1000 for i in range(6000)]
+    upstream.reset([stream_reply(chat_body(pieces), delay=0)])
+    before = drains[0]
+    sock = raw_request(served.port, "chat", rcvbuf=4096)
+    try:
+        time.sleep(1.0)
+        events = read_sse(sock)
+    finally:
+        sock.close()
+    check_stream(events)
+    response = accumulate(events).response
+    assert response["status"] == "completed"
+    assert response["output"][0]["content"][0]["text"] == "".join(pieces)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert drains[0] > before  # the path where a send could not complete at once was taken
+
+
+def test_keepalives_keep_their_place_between_pushed_events(upstream: UpstreamMock, served: Gateway) -> None:
+    body = chat_body(["one ", "two ", "three"])
+    first = body.index(b"two")
+    cut = body.rindex(b"\n\n", 0, first) + 2
+    # The upstream pauses mid-answer (0.45 s between its writes): in_progress keepalives (every
+    # 0.2 s) go out meanwhile, between pushed events.
+    upstream.reset([stream_reply(body, split=True, seed=1, max_piece=cut, delay=0.45)])
+    sock = raw_request(served.port, "chat")
+    try:
+        events = read_sse(sock)
+    finally:
+        sock.close()
+    check_stream(events)
+    kinds = [e["type"] for e in events]
+    first_delta = kinds.index("response.output_text.delta")
+    assert "response.in_progress" in kinds[first_delta:]  # a keepalive between pushed deltas
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert accumulate(events).response["output"][0]["content"][0]["text"] == "one two three"
+
+
+def test_a_client_that_leaves_closes_the_upstream(upstream: UpstreamMock, served: Gateway) -> None:
+    body = chat_body([f"t{i} " for i in range(400)])
+    upstream.reset([stream_reply(body, split=True, max_piece=200, delay=0.01)])
+    sock = raw_request(served.port, "chat")
+    sock.settimeout(10)
+    assert b"response.output_text.delta" in sock.recv(1 << 16) + sock.recv(1 << 16)
+    sock.close()
+    assert upstream.wait_disconnect(10.0)
+
+
+def test_passthrough_and_fallback_streams_go_out_whole(upstream: UpstreamMock, served: Gateway) -> None:
+    pieces = [f"p{i} " for i in range(50)]
+    upstream.reset([stream_reply(chat_body(pieces), split=True, max_piece=97, delay=0)])
+    sock = raw_request(served.port, "chain")
+    try:
+        events = read_sse(sock)
+    finally:
+        sock.close()
+    check_stream(events)
+    assert accumulate(events).response["output"][0]["content"][0]["text"] == "".join(pieces)
+
+    # The Responses passthrough, fed the chat gateway's own stream as its upstream's.
+    upstream.reset([stream_reply(chat_body(pieces), delay=0)])
+    sock = raw_request(served.port, "chat")
+    try:
+        upstream_events = read_sse(sock)
+    finally:
+        sock.close()
+    wire = b"".join(
+        b"event: %s\ndata: %s\n\n" % (e["type"].encode(), orjson.dumps(e)) for e in upstream_events
+    )
+    upstream.reset([stream_reply(wire, split=True, max_piece=333, delay=0)])
+    sock = raw_request(served.port, "resp")
+    try:
+        events = read_sse(sock)
+    finally:
+        sock.close()
+    check_stream(events)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert accumulate(events).response["output"][0]["content"][0]["text"] == "".join(pieces)
