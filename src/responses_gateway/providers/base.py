@@ -12,6 +12,12 @@ method until its upstream has accepted the request (so a failed attempt leaves t
 another provider can be tried: see ``providers.fallback``). A provider must finish the
 builder (``complete``/``incomplete``/``fail``) before it returns. When the client goes away the server
 closes the generator (``GeneratorExit`` at the pending ``yield``): the provider must stop its work.
+
+Push (optional, for the hot path): when ``builder.push`` is set (the server does so for streamed
+responses), a provider may call it instead of yielding, typically from its upstream's I/O callback
+(``UpstreamResponse.pump``); each call counts as a yield (the first one starts the stream). It returns
+None, or an awaitable to let finish before reading more (the client is slow). A provider that never
+calls it needs no change: yields work as before, and the terminal events always go through a yield.
 """
 
 from __future__ import annotations
