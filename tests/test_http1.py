@@ -8,8 +8,9 @@ back-pressure), through ``Transport`` as the providers use it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -69,6 +70,17 @@ class RawServer:
             writer.close()
 
 
+@contextlib.asynccontextmanager
+async def pair(handler: Handler, **transport: Any) -> AsyncIterator[tuple[RawServer, Transport]]:
+    """A raw server and a Transport pointed at it (closed afterwards)."""
+    async with RawServer(handler) as srv:
+        client = Transport(**transport)
+        try:
+            yield srv, client
+        finally:
+            await client.aclose()
+
+
 def reply(body: bytes, *, headers: str = "", status: str = "200 OK") -> bytes:
     return f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
 
@@ -106,20 +118,16 @@ def test_lengths_chunks_and_keep_alive_reuse() -> None:
         return True
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                assert await read_all(transport, srv.url) == (200, b'{"n": 1}', [b'{"n": 1}'])
-                status, body, _ = await read_all(transport, srv.url)
-                assert (status, body) == (200, b"data: a\n\ndata: b\n\n")
-                resp = await transport.post(srv.url, {}, {"y": 2})
-                assert resp.headers["content-type"] == "application/json"
-                assert resp.headers["Content-Type"] == "application/json"  # any case
-                assert await resp.json() == {"n": 3}
-                assert srv.connections == 1  # every request on one kept-alive connection
-                assert transport.idle_connections() == 1
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            assert await read_all(transport, srv.url) == (200, b'{"n": 1}', [b'{"n": 1}'])
+            status, body, _ = await read_all(transport, srv.url)
+            assert (status, body) == (200, b"data: a\n\ndata: b\n\n")
+            resp = await transport.post(srv.url, {}, {"y": 2})
+            assert resp.headers["content-type"] == "application/json"
+            assert resp.headers["Content-Type"] == "application/json"  # any case
+            assert await resp.json() == {"n": 3}
+            assert srv.connections == 1  # every request on one kept-alive connection
+            assert transport.idle_connections() == 1
             line, headers, body = srv.requests[0]
             assert line == b"POST /v1/chat/completions HTTP/1.1"
             assert headers["accept"] == "text/event-stream"  # the provider's, not beside a default
@@ -143,16 +151,12 @@ def test_close_delimited_body_and_connection_close_are_not_reused() -> None:
         return False
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                assert (await read_all(transport, srv.url))[:2] == (200, b"data: x\n\ndata: y\n\n")
-                assert (await read_all(transport, srv.url))[:2] == (200, b"ok")
-                assert srv.connections == 2
-                await asyncio.sleep(0.05)
-                assert transport.idle_connections() == 0
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            assert (await read_all(transport, srv.url))[:2] == (200, b"data: x\n\ndata: y\n\n")
+            assert (await read_all(transport, srv.url))[:2] == (200, b"ok")
+            assert srv.connections == 2
+            await asyncio.sleep(0.05)
+            assert transport.idle_connections() == 0
 
     run(go())
 
@@ -168,16 +172,12 @@ def test_gzip_body_and_interim_answer() -> None:
         return True
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                resp = await transport.post(srv.url, {}, {})
-                assert resp.status == 200
-                assert "link" not in resp.headers
-                assert b"".join([c async for c in resp.iter_chunks()]) == payload
-                assert "gzip" in srv.requests[0][1]["accept-encoding"]
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            resp = await transport.post(srv.url, {}, {})
+            assert resp.status == 200
+            assert "link" not in resp.headers
+            assert b"".join([c async for c in resp.iter_chunks()]) == payload
+            assert "gzip" in srv.requests[0][1]["accept-encoding"]
 
     run(go())
 
@@ -188,12 +188,8 @@ def test_malformed_answer_is_502_naming_it() -> None:
         return False
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                await transport.post(srv.url, {}, {})
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            await transport.post(srv.url, {}, {})
 
     with pytest.raises(ProviderError) as info:
         run(go())
@@ -240,15 +236,11 @@ def test_stale_keep_alive_connection_is_retried_once_on_a_new_one() -> None:
         return True
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                assert (await read_all(transport, srv.url))[1] == b"r1"
-                assert (await read_all(transport, srv.url))[1] == b"r3"
-                assert srv.connections == 2
-                assert len(srv.requests) == 3
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            assert (await read_all(transport, srv.url))[1] == b"r1"
+            assert (await read_all(transport, srv.url))[1] == b"r3"
+            assert srv.connections == 2
+            assert len(srv.requests) == 3
 
     run(go())
 
@@ -258,15 +250,11 @@ def test_fresh_connection_closed_without_answer_is_not_retried() -> None:
         return False
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                with pytest.raises(ProviderError) as info:
-                    await transport.post(srv.url, {}, {})
-                assert info.value.status == 502
-                assert len(srv.requests) == 1
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            with pytest.raises(ProviderError) as info:
+                await transport.post(srv.url, {}, {})
+            assert info.value.status == 502
+            assert len(srv.requests) == 1
 
     run(go())
 
@@ -277,17 +265,13 @@ def test_idle_connections_expire_after_the_keepalive_time() -> None:
         return True
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport(keepalive=0.2)
-            try:
-                await read_all(transport, srv.url)
-                assert transport.idle_connections() == 1
-                await asyncio.sleep(0.5)
-                assert transport.idle_connections() == 0  # closed by the sweep, not only skipped
-                await read_all(transport, srv.url)
-                assert srv.connections == 2
-            finally:
-                await transport.aclose()
+        async with pair(handler, keepalive=0.2) as (srv, transport):
+            await read_all(transport, srv.url)
+            assert transport.idle_connections() == 1
+            await asyncio.sleep(0.5)
+            assert transport.idle_connections() == 0  # closed by the sweep, not only skipped
+            await read_all(transport, srv.url)
+            assert srv.connections == 2
 
     run(go())
 
@@ -302,14 +286,10 @@ def test_total_timeout_is_504() -> None:
         return False
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport(timeouts=Timeouts(read=1.0, total=0.3))
-            try:
-                resp = await transport.post(srv.url, {}, {})
-                async for _ in resp.iter_chunks():
-                    pass
-            finally:
-                await transport.aclose()
+        async with pair(handler, timeouts=Timeouts(read=1.0, total=0.3)) as (srv, transport):
+            resp = await transport.post(srv.url, {}, {})
+            async for _ in resp.iter_chunks():
+                pass
 
     with pytest.raises(ProviderError) as info:
         run(go())
@@ -325,22 +305,18 @@ def test_a_slow_reader_pauses_the_socket_and_loses_nothing() -> None:
         return True
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                resp = await transport.post(srv.url, {}, {})
-                total = 0
-                biggest = 0
-                async for chunk in resp.iter_chunks():
-                    total += len(chunk)
-                    biggest = max(biggest, len(chunk))
-                    await asyncio.sleep(0.002)
-                assert total == len(piece) * 500
-                # What is held for a reader that is behind stays bounded (the socket was paused).
-                assert biggest < 1 << 20
-                assert transport.idle_connections() == 1
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            resp = await transport.post(srv.url, {}, {})
+            total = 0
+            biggest = 0
+            async for chunk in resp.iter_chunks():
+                total += len(chunk)
+                biggest = max(biggest, len(chunk))
+                await asyncio.sleep(0.002)
+            assert total == len(piece) * 500
+            # What is held for a reader that is behind stays bounded (the socket was paused).
+            assert biggest < 1 << 20
+            assert transport.idle_connections() == 1
 
     run(go())
 
@@ -351,15 +327,11 @@ def test_header_with_a_line_break_is_refused_without_showing_its_value() -> None
         return True
 
     async def go() -> None:
-        async with RawServer(handler) as srv:
-            transport = Transport()
-            try:
-                with pytest.raises(ValueError) as info:
-                    await transport.post(srv.url, {"authorization": "Bearer sk-x\r\nX-Evil: 1"}, {})
-                assert "sk-x" not in str(info.value)
-                assert srv.requests == []
-            finally:
-                await transport.aclose()
+        async with pair(handler) as (srv, transport):
+            with pytest.raises(ValueError) as info:
+                await transport.post(srv.url, {"authorization": "Bearer sk-x\r\nX-Evil: 1"}, {})
+            assert "sk-x" not in str(info.value)
+            assert srv.requests == []
 
     run(go())
 

@@ -92,6 +92,18 @@ def raw_request(port: int, model: str, *, rcvbuf: int | None = None) -> socket.s
     return sock
 
 
+def stream_events(
+    port: int, model: str, *, rcvbuf: int | None = None, wait: float = 0.0
+) -> list[dict[str, Any]]:
+    """A streamed request's events, read to the end (after ``wait`` seconds of not reading)."""
+    sock = raw_request(port, model, rcvbuf=rcvbuf)
+    try:
+        time.sleep(wait)
+        return read_sse(sock)
+    finally:
+        sock.close()
+
+
 def read_sse(sock: socket.socket) -> list[dict[str, Any]]:
     """The events of a chunked SSE answer read to its end."""
     received: list[bytes] = []
@@ -126,12 +138,7 @@ def test_a_slow_client_gets_everything_in_order(
     pieces = [f"<{i:05d}>" + "x" * 1000 for i in range(6000)]
     upstream.reset([stream_reply(chat_body(pieces), delay=0)])
     before = drains[0]
-    sock = raw_request(served.port, "chat", rcvbuf=4096)
-    try:
-        time.sleep(1.0)
-        events = read_sse(sock)
-    finally:
-        sock.close()
+    events = stream_events(served.port, "chat", rcvbuf=4096, wait=1.0)
     check_stream(events)
     response = accumulate(events).response
     assert response["status"] == "completed"
@@ -147,11 +154,7 @@ def test_keepalives_keep_their_place_between_pushed_events(upstream: UpstreamMoc
     # The upstream pauses mid-answer (0.45 s between its writes): in_progress keepalives (every
     # 0.2 s) go out meanwhile, between pushed events.
     upstream.reset([stream_reply(body, split=True, seed=1, max_piece=cut, delay=0.45)])
-    sock = raw_request(served.port, "chat")
-    try:
-        events = read_sse(sock)
-    finally:
-        sock.close()
+    events = stream_events(served.port, "chat")
     check_stream(events)
     kinds = [e["type"] for e in events]
     first_delta = kinds.index("response.output_text.delta")
@@ -173,30 +176,18 @@ def test_a_client_that_leaves_closes_the_upstream(upstream: UpstreamMock, served
 def test_passthrough_and_fallback_streams_go_out_whole(upstream: UpstreamMock, served: Gateway) -> None:
     pieces = [f"p{i} " for i in range(50)]
     upstream.reset([stream_reply(chat_body(pieces), split=True, max_piece=97, delay=0)])
-    sock = raw_request(served.port, "chain")
-    try:
-        events = read_sse(sock)
-    finally:
-        sock.close()
+    events = stream_events(served.port, "chain")
     check_stream(events)
     assert accumulate(events).response["output"][0]["content"][0]["text"] == "".join(pieces)
 
     # The Responses passthrough, fed the chat gateway's own stream as its upstream's.
     upstream.reset([stream_reply(chat_body(pieces), delay=0)])
-    sock = raw_request(served.port, "chat")
-    try:
-        upstream_events = read_sse(sock)
-    finally:
-        sock.close()
+    upstream_events = stream_events(served.port, "chat")
     wire = b"".join(
         b"event: %s\ndata: %s\n\n" % (e["type"].encode(), orjson.dumps(e)) for e in upstream_events
     )
     upstream.reset([stream_reply(wire, split=True, max_piece=333, delay=0)])
-    sock = raw_request(served.port, "resp")
-    try:
-        events = read_sse(sock)
-    finally:
-        sock.close()
+    events = stream_events(served.port, "resp")
     check_stream(events)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert accumulate(events).response["output"][0]["content"][0]["text"] == "".join(pieces)

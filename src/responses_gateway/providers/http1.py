@@ -328,6 +328,14 @@ class _Conn(asyncio.Protocol):
         _wake(self.waiter)
 
 
+def json_or_none(body: bytes) -> Any:
+    """``body`` parsed as JSON, or None if it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def _same(exc: BaseException) -> BaseException:
     return exc
 
@@ -448,11 +456,7 @@ class Response:
 
     async def json(self) -> Any:
         """The whole body parsed as JSON (``None`` if it is not JSON)."""
-        body = await self.read()
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
+        return json_or_none(await self.read())
 
     async def aclose(self) -> None:
         self.close()

@@ -150,11 +150,7 @@ class AiohttpResponse:
 
     async def json(self) -> Any:
         """The whole body parsed as JSON (``None`` if it is not JSON)."""
-        body = await self.read()
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
+        return http1.json_or_none(await self.read())
 
     async def aclose(self) -> None:
         """Release the connection: back to the pool if the body was consumed, else abort the socket.
