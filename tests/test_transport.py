@@ -12,7 +12,7 @@ import pytest
 
 from fixtures_loader import load_json
 from responses_gateway.providers.base import ProviderError
-from responses_gateway.providers.transport import Timeouts, Transport, UpstreamResponse
+from responses_gateway.providers.transport import StopPumping, Timeouts, Transport, UpstreamResponse
 from responses_gateway.providers.upstream_errors import (
     from_error_payload,
     from_http,
@@ -117,6 +117,51 @@ def test_proxy_aware_client_streams_the_same(upstream: UpstreamMock) -> None:
     assert body == payload
     assert (status, err) == (429, {"ok": 1})
     assert shown == "<Transport open>"
+
+
+@pytest.mark.parametrize("trust_env", [False, True], ids=["http1", "aiohttp"])
+def test_pump_delivers_the_body_and_stops_when_asked(upstream: UpstreamMock, trust_env: bool) -> None:
+    """``pump`` (the push relay's read) gives the same bytes as iter_chunks on both clients; a
+    callback's awaitable is waited for; StopPumping ends it early and drops the connection."""
+    payload = b"".join(b'data: {"i": %d}\n\n' % i for i in range(300))
+    upstream.enqueue(
+        stream_reply(payload, split=True, seed=9, max_piece=40, delay=0),
+        stream_reply(payload, stall_after=len(payload) // 2),
+    )
+
+    async def go() -> tuple[bytes, int, int]:
+        transport = Transport(trust_env=trust_env)
+        got: list[bytes] = []
+        waits = 0
+
+        def on_chunk(chunk: bytes) -> Any:
+            nonlocal waits
+            got.append(chunk)
+            if len(got) % 5 == 0:
+                waits += 1
+                return asyncio.sleep(0.001)  # a slow client: reading waits for this
+            return None
+
+        try:
+            await (await _post(transport, upstream.url + "/s", {})).pump(on_chunk)
+            whole = b"".join(got)
+            seen: list[bytes] = []
+
+            def stop_at_first(chunk: bytes) -> None:
+                seen.append(chunk)
+                raise StopPumping
+
+            # The second answer stalls half-way: only stopping can end this pump.
+            await asyncio.wait_for((await _post(transport, upstream.url + "/s", {})).pump(stop_at_first), 5)
+            return whole, waits, len(seen)
+        finally:
+            await transport.aclose()
+
+    whole, waits, stopped_after = asyncio.run(go())
+    assert whole == payload
+    assert waits >= 1
+    assert stopped_after == 1
+    assert upstream.wait_disconnect(5.0)  # stopping dropped the stalled connection
 
 
 def test_connect_error_is_502_without_secrets() -> None:

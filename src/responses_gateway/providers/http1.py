@@ -107,6 +107,7 @@ class _Conn(asyncio.Protocol):
         "status",
         "transport",
         "waiter",
+        "waits",
     )
 
     def __init__(self, key: Key, loop: asyncio.AbstractEventLoop) -> None:
@@ -143,6 +144,7 @@ class _Conn(asyncio.Protocol):
         # Push mode (Response.pump): body bytes go straight to this callback, from the I/O callback.
         self.sink: Callable[[bytes], Awaitable[None] | None] | None = None
         self.sink_error: BaseException | None = None
+        self.waits = 0  # the consumer's waits not done yet (push mode)
 
     # -- the request in flight ---------------------------------------------------------------------
 
@@ -299,12 +301,16 @@ class _Conn(asyncio.Protocol):
                 self.sink_error = exc
                 self.fail(UpstreamClosed("the consumer stopped reading"))
                 return
-            if wait is not None and not self.paused and self.transport is not None:
-                # The consumer cannot take more until ``wait`` is done (its client is slow).
-                self.paused = True
-                self.transport.pause_reading()
-                resume = functools.partial(self._resume_push, self.generation)
-                asyncio.ensure_future(wait).add_done_callback(resume)
+            if wait is not None:
+                # The consumer cannot take more until ``wait`` is done (its client is slow): reading
+                # stops until every such wait is.
+                future = asyncio.ensure_future(wait)
+                if not future.done():
+                    self.waits += 1
+                    if not self.paused and self.transport is not None:
+                        self.paused = True
+                        self.transport.pause_reading()
+                    future.add_done_callback(functools.partial(self._resume_push, self.generation))
             return
         self.chunks.append(body)
         self.buffered += len(body)
@@ -314,7 +320,10 @@ class _Conn(asyncio.Protocol):
         _wake(self.waiter)
 
     def _resume_push(self, generation: int, _: object) -> None:
-        if self.paused and generation == self.generation:
+        if generation != self.generation:
+            return
+        self.waits -= 1
+        if self.paused and not self.waits:
             self.paused = False
             if self.transport is not None:
                 self.transport.resume_reading()
