@@ -432,7 +432,9 @@ class Response:
                     await wait
             return
         try:
-            if conn.chunks:
+            # What arrived before (or while waiting on the consumer) goes first; the sink takes over
+            # with nothing left behind, no await between the last take and it.
+            while conn.chunks:
                 wait = on_chunk(conn.take())
                 if wait is not None:
                     await wait
