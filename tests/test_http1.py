@@ -437,3 +437,38 @@ def test_https_verifies_the_certificate(tmp_path: Any, monkeypatch: pytest.Monke
     assert body == b"data: secure\n\n"
     assert error.status == 502
     assert "SSLCertVerificationError" in error.message
+
+
+def test_pump_over_a_gzip_body_decodes_and_can_stop() -> None:
+    """A compressed body is pumped from the task (decoded as it goes); StopPumping ends it cleanly."""
+    from responses_gateway.providers.transport import StopPumping
+
+    payload = b"".join(b'data: {"i": %d}\n\n' % i for i in range(2000))
+    packed = gzip.compress(payload)
+    third = len(packed) // 3
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(
+            chunked(
+                packed[:third],
+                packed[third : 2 * third],
+                packed[2 * third :],
+                headers="Content-Encoding: gzip\r\n",
+            )
+        )
+        return True
+
+    async def go() -> None:
+        async with pair(handler) as (srv, transport):
+            got: list[bytes] = []
+            await (await transport.post(srv.url, {}, {})).pump(got.append)
+            assert b"".join(got) == payload
+            assert transport.idle_connections() == 1  # read to its end: kept
+
+            def stop(chunk: bytes) -> None:
+                raise StopPumping
+
+            await (await transport.post(srv.url, {}, {})).pump(stop)  # returns: stopping is no error
+            assert (await read_all(transport, srv.url))[1] == payload  # and the pool still serves
+
+    run(go())

@@ -147,16 +147,14 @@ class SSEDecoder:
             if buf[-1] == 0x0D:
                 self._skip_lf = True
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if self._data or self._has_fields:
-            lines = buf.split(b"\n")
-            last = lines.pop()
-            self._tail = [last] if last else []
-            return self._lines(lines)
         # At an event boundary (the usual case: a chunk holds whole events), a block that is one
         # ``data: `` line, or an ``event: `` line and a ``data: `` line, is the whole event; anything
-        # else goes through the field-by-field path.
-        blocks = buf.split(b"\n\n")
-        rest = blocks.pop()
+        # else, and whatever follows the last blank line, goes through the field-by-field path.
+        if self._data or self._has_fields:
+            blocks, rest = [], buf
+        else:
+            blocks = buf.split(b"\n\n")
+            rest = blocks.pop()
         out: list[SSEMessage] = []
         for block in blocks:
             if block[:6] == b"data: " and b"\n" not in block:
@@ -176,14 +174,11 @@ class SSEDecoder:
             lines = block.split(b"\n")
             lines.append(b"")
             out += self._lines(lines)
-        if rest:
-            lines = rest.split(b"\n")
-            last = lines.pop()
-            self._tail = [last] if last else []
-            if lines:
-                out += self._lines(lines)
-        else:
-            self._tail = []
+        lines = rest.split(b"\n")
+        last = lines.pop()
+        self._tail = [last] if last else []
+        if lines:
+            out += self._lines(lines)
         return out
 
     def flush(self, dispatch_incomplete: bool = False) -> list[SSEMessage]:

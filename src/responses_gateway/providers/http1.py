@@ -32,7 +32,7 @@ import socket
 import ssl
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -41,7 +41,16 @@ import httptools
 import orjson
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["Client", "ReadTimeout", "Response", "StopPumping", "UpstreamClosed", "UpstreamProtocolError"]
+__all__ = [
+    "Client",
+    "ReadTimeout",
+    "Response",
+    "StopPumping",
+    "UpstreamClosed",
+    "UpstreamProtocolError",
+    "json_or_none",
+    "pump_iterated",
+]
 
 _PORTS = {"http": 80, "https": 443}
 # Decoded body bytes held for a reader that is behind before the socket stops being read.
@@ -345,6 +354,22 @@ def json_or_none(body: bytes) -> Any:
         return None
 
 
+async def pump_iterated(
+    chunks: AsyncGenerator[bytes, None], on_chunk: Callable[[bytes], Awaitable[None] | None]
+) -> bool:
+    """``pump`` done from the calling task, over an iterator of body chunks: False when the callback
+    raised :class:`StopPumping` (the iterator is closed then; the caller drops its connection)."""
+    async with contextlib.aclosing(chunks):
+        try:
+            async for chunk in chunks:
+                wait = on_chunk(chunk)
+                if wait is not None:
+                    await wait
+        except StopPumping:
+            return False
+    return True
+
+
 def _same(exc: BaseException) -> BaseException:
     return exc
 
@@ -381,7 +406,7 @@ class Response:
     def __repr__(self) -> str:
         return f"<UpstreamResponse {self.status} {self._label}>"
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
+    async def iter_chunks(self) -> AsyncGenerator[bytes, None]:
         """Body bytes as they arrive (any sizes), then the connection goes back to the pool.
 
         A failure drops the connection and raises ``error(TimeoutError | OSError)``.
@@ -426,10 +451,9 @@ class Response:
         """
         conn = self._conn
         if self._decoder is not None:
-            async for chunk in self.iter_chunks():  # compressed: decode in the task, rare for streams
-                wait = on_chunk(chunk)
-                if wait is not None:
-                    await wait
+            # Compressed (rare for a stream): decoded in this task, from iter_chunks.
+            if not await pump_iterated(self.iter_chunks(), on_chunk):
+                self.close()
             return
         try:
             # What arrived before (or while waiting on the consumer) goes first; the sink takes over
@@ -637,10 +661,8 @@ class Client:
             left = max(0.0, deadline - loop.time())
             timeout = left if timeout is None else min(timeout, left)
         try:
-            if timeout is None:
+            async with asyncio.timeout(timeout):
                 await waiter
-            else:
-                await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except BaseException:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._wake_one()  # the room it was given goes to the next in line
@@ -691,10 +713,12 @@ class Client:
         now = self._loop.time()
         left = 0
         for host in self._hosts.values():
-            keep = deque(c for c in host.idle if not c.closed and now - c.idle_since <= self._keepalive)
-            for c in host.idle:
-                if c not in keep:
-                    c.abort()
+            keep: deque[_Conn] = deque()
+            for conn in host.idle:
+                if not conn.closed and now - conn.idle_since <= self._keepalive:
+                    keep.append(conn)
+                else:
+                    conn.abort()
             host.idle = keep
             left += len(keep)
         if left and not self.closed:

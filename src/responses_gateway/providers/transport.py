@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -115,7 +115,7 @@ class AiohttpResponse:
     def __repr__(self) -> str:
         return f"<AiohttpResponse {self.status} {redact_url(self._url)}>"
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
+    async def iter_chunks(self) -> AsyncGenerator[bytes, None]:
         """Yield body bytes as they arrive (any sizes, split anywhere), then release the connection."""
         try:
             async for chunk in self._resp.content.iter_any():
@@ -129,12 +129,7 @@ class AiohttpResponse:
 
     async def pump(self, on_chunk: Callable[[bytes], Awaitable[None] | None]) -> None:
         """As :meth:`UpstreamResponse.pump`, from this task (aiohttp has no callback for its body)."""
-        try:
-            async for chunk in self.iter_chunks():
-                wait = on_chunk(chunk)
-                if wait is not None:
-                    await wait
-        except StopPumping:
+        if not await http1.pump_iterated(self.iter_chunks(), on_chunk):
             await self.aclose()
 
     async def read(self) -> bytes:
@@ -170,6 +165,15 @@ class AiohttpResponse:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+# The lean client's default request headers, by lower-case name (a provider's own replace them).
+_LEAN_HEADERS = {
+    "content-type": ("Content-Type", "application/json"),
+    "user-agent": ("User-Agent", "responses-gateway"),
+    "accept": ("Accept", "*/*"),
+    "accept-encoding": ("Accept-Encoding", "gzip, deflate"),
+}
 
 
 class Transport:
@@ -282,12 +286,7 @@ class Transport:
     ) -> UpstreamResponse:
         # Header names are case-insensitive: the provider's own (e.g. ``accept: text/event-stream``)
         # replace these defaults rather than going out beside them.
-        named = {
-            "content-type": ("Content-Type", "application/json"),
-            "user-agent": ("User-Agent", "responses-gateway"),
-            "accept": ("Accept", "*/*"),
-            "accept-encoding": ("Accept-Encoding", "gzip, deflate"),
-        }
+        named = dict(_LEAN_HEADERS)
         for name, value in headers.items():
             named[name.lower()] = (name, value)
         sent = dict(named.values())
@@ -308,14 +307,12 @@ class Transport:
                 error=reading_error,
                 label=redact_url(url),
             )
-        except http1.UpstreamProtocolError as exc:
-            raise transport_error(exc, url, limits.read, reading=True) from None
-        except http1.ReadTimeout as exc:
-            raise transport_error(exc, url, limits.read, reading=True) from None
-        except TimeoutError as exc:  # connecting, or waiting for a pooled connection
-            raise transport_error(exc, url, limits.connect, reading=False) from None
-        except OSError as exc:
-            raise transport_error(exc, url, limits.connect, reading=False) from None
+        except (TimeoutError, OSError) as exc:
+            # A stalled or malformed answer is a reading failure; anything before it (connecting,
+            # waiting for a pooled connection) a connecting one.
+            reading = isinstance(exc, http1.ReadTimeout | http1.UpstreamProtocolError)
+            limit = limits.read if reading else limits.connect
+            raise transport_error(exc, url, limit, reading=reading) from None
 
     async def aclose(self) -> None:
         """Close the pool (idempotent)."""

@@ -221,18 +221,18 @@ def _resume(coro: Generator[Any, Any, None], yielded: Any) -> Generator[Any, Any
 class _Relay:
     """Sends SSE body messages and the keepalive between them.
 
-    Two ways in: ``await send(body)`` from the request task, and ``push(body)`` from a provider's I/O
-    callback (``StreamBuilder.push``), which sends at once when the server's ``send`` completes
-    without suspending (uvicorn's does unless the client's socket is backed up) and otherwise
-    finishes it in a task, queueing what is pushed meanwhile, and returns that task for the provider
-    to wait on. Frames never interleave: ``send`` and the keepalive wait for that task first.
+    Two ways in: ``await send(body)`` from the request task, and ``push(body)`` from a callback (a
+    provider's I/O callback through ``StreamBuilder.push``, or the keepalive timer), which sends at
+    once when the server's ``send`` completes without suspending (uvicorn's does unless the client's
+    socket is backed up) and otherwise finishes it in a task, queueing what is pushed meanwhile, and
+    returns that task for the provider to wait on. Frames never interleave: ``send`` waits for that
+    task first, and the keepalive holds off while either is under way.
     """
 
     __slots__ = (
         "_builder",
         "_busy",
         "_interval",
-        "_keepalive",
         "_loop",
         "_mode",
         "_queue",
@@ -262,7 +262,6 @@ class _Relay:
         self._interval = interval
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
-        self._keepalive: asyncio.Task[None] | None = None
         self._busy: asyncio.Task[None] | None = None
         self._queue: list[dict[str, Any]] = []
         self._sending = False
@@ -295,10 +294,6 @@ class _Relay:
         busy = self._busy
         if busy is not None:
             return busy
-        keepalive = self._keepalive
-        if keepalive is not None and not keepalive.done():
-            busy = self._busy = self._loop.create_task(self._drain(None, None, keepalive))
-            return busy
         send = self._send
         while queue:
             coro = send(queue.pop(0)).__await__()
@@ -306,35 +301,25 @@ class _Relay:
                 yielded = coro.send(None)
             except StopIteration:
                 continue
-            busy = self._busy = self._loop.create_task(self._drain(coro, yielded, None))
+            busy = self._busy = self._loop.create_task(self._drain(coro, yielded))
             return busy
         self.last = self._loop.time()
         return None
 
-    async def _drain(
-        self, coro: Generator[Any, Any, None] | None, yielded: Any, after: asyncio.Future[None] | None
-    ) -> None:
-        self._sending = True
+    async def _drain(self, coro: Generator[Any, Any, None], yielded: Any) -> None:
+        """Finish the send that suspended, then what was pushed meanwhile."""
         try:
-            if after is not None:
-                await after
-            if coro is not None:
-                await _resume(coro, yielded)
+            await _resume(coro, yielded)
             queue = self._queue
             while queue:
                 await self._send(queue.pop(0))
         finally:
-            self._sending = False
             self._busy = None
             self.last = self._loop.time()
 
     async def send(self, body: bytes, *, more: bool = True) -> None:
         while self._busy is not None:
-            await self._busy  # what was pushed goes first
-        if self._keepalive is not None:
-            # Frames must not interleave: let a keepalive already on its way finish first.
-            pending, self._keepalive = self._keepalive, None
-            await pending
+            await self._busy  # what was pushed (events, a keepalive) goes first
         self._sending = True
         try:
             await self._send({"type": "http.response.body", "body": body, "more_body": more})
@@ -345,12 +330,7 @@ class _Relay:
     def _fire(self) -> None:
         now = self._loop.time()
         due = self.last + self._interval
-        if (
-            now < due
-            or self._sending
-            or self._busy is not None
-            or (self._keepalive is not None and not self._keepalive.done())
-        ):
+        if now < due or self._sending or self._busy is not None:
             # Something was sent since this timer was set (or is being sent): wait out the new silence.
             self._timer = self._loop.call_at(max(due, now + self._interval / 8), self._fire)
             return
@@ -365,16 +345,8 @@ class _Relay:
             events = builder.take()
             self._record(events, None)
             body = _encode(self._seal(events))
-        self.last = now
-        self._keepalive = self._loop.create_task(self._send_keepalive(body))
+        self.push(body)
         self._timer = self._loop.call_at(now + self._interval, self._fire)
-
-    async def _send_keepalive(self, body: bytes) -> None:
-        self._sending = True
-        try:
-            await self._send({"type": "http.response.body", "body": body, "more_body": True})
-        finally:
-            self._sending = False
 
     def stop_timer(self) -> None:
         """No more keepalives; one already on its way still goes out (its sequence number is taken)."""
@@ -385,9 +357,6 @@ class _Relay:
     def abort(self) -> None:
         """Stop everything (the stream is over or the client is gone)."""
         self.stop_timer()
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            self._keepalive = None
         if self._busy is not None:
             self._busy.cancel()
             self._busy = None
@@ -425,19 +394,17 @@ async def respond_stream(
     """
     record = recording.add if recording is not None else _no_record
     relay = _Relay(send, builder, keepalive, keepalive_interval, record, seal)
-    started = ended = False
+    ended = False  # the terminal event went out (``relay.started``: the first events did)
 
     def push() -> asyncio.Task[None] | None:
         # A provider's "yield" from its I/O callback (StreamBuilder.push). The terminal event is left
         # for the loop below: it is written to the store before it is sent, which takes an await.
-        nonlocal started
         if ended or builder.finished:
             return None
         events = builder.take()
         if not events:
             return None
         record(events, None)
-        started = True
         return relay.push(_encode(seal(events)))
 
     builder.push = push
@@ -469,20 +436,18 @@ async def respond_stream(
                     # Keep iterating (without sending) so the provider runs to its natural end.
                     await end(events)
                 elif relay.started:
-                    started = True
                     await relay.send(_encode(seal(events)))
                 else:
-                    started = True
                     await relay.start(_encode(seal(events)))
         except ProviderError as exc:
-            if not started and not ended:
+            if not relay.started and not ended:
                 raise HTTPError.from_provider_error(exc) from None
             log.warning("provider %s failed mid-stream: %s", name, exc.code)
             _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
         except (asyncio.CancelledError, HTTPError):
             raise
         except Exception:
-            if not started and not ended:
+            if not relay.started and not ended:
                 raise _internal(provider) from None
             log.exception("provider %s raised mid-stream", name)
             _fail(builder, "server_error", GENERIC_FAILURE)
