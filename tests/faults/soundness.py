@@ -23,7 +23,7 @@ def assert_sound_stream(events: list[dict[str, Any]]) -> None:
     assert events, "the stream had no events"
     terminals = [i for i, e in enumerate(events) if e.get("type") in TERMINAL_EVENTS]
     assert len(terminals) == 1, f"expected one terminal event, got {[events[i]['type'] for i in terminals]}"
-    assert terminals[0] == len(events) - 1, f"events after the terminal: {events[terminals[0] + 1:]}"
+    assert terminals[0] == len(events) - 1, f"events after the terminal: {events[terminals[0] + 1 :]}"
     numbers = [e.get("sequence_number") for e in events]
     assert numbers == list(range(len(events))), f"sequence numbers not contiguous from 0: {numbers}"
     violations = check(events, profile="openai")

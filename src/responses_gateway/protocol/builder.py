@@ -121,6 +121,9 @@ class StreamBuilder:
         # it instead of yielding, from an I/O callback, when events are ready. It returns None, or an
         # awaitable the provider should let finish before it reads more (the client is slow).
         self.push: Callable[[], Awaitable[None] | None] | None = None
+        # Set by the server: applied to every failure message before it is emitted (the gateway's
+        # secrets never reach a client or the store through an upstream's error text).
+        self.redact: Callable[[str], str] | None = None
 
     # ------------------------------------------------------------------ draining
     def take(self) -> list[JSON]:
@@ -753,6 +756,8 @@ class StreamBuilder:
         """End with ``response.failed`` (after an ``error`` event, which clients show to the user)."""
         self._check_running()
         self._close_all("incomplete")
+        if self.redact is not None:
+            message = self.redact(message)
         if self._error_event_on_failure:
             self._emit(error_event(code, message, param))
         self.response["error"] = {"code": code, "message": message}

@@ -32,6 +32,7 @@ import orjson
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.sse import SSEDecoder
+from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import InputStream
 from .transport import Timeouts, Transport
@@ -1079,7 +1080,7 @@ class AnthropicProvider(Provider):
                 if resp.status >= 400:
                     raw = await resp.read()
                     raise from_http(
-                        resp.status, resp.headers, raw, upstream="Anthropic", secrets=self._secrets()
+                        resp.status, resp.headers, raw, upstream="Anthropic", secrets=self.secrets()
                     )
                 turn.begin_request()
                 if "json" in resp.headers.get("content-type", ""):
@@ -1120,8 +1121,9 @@ class AnthropicProvider(Provider):
         turn.finish()
         yield
 
-    def _secrets(self) -> tuple[str, ...]:
-        return (self._api_key,) if self._api_key else ()
+    def secrets(self) -> tuple[str, ...]:
+        """The API key and credential headers this provider sends (see redaction.py)."""
+        return credentials(self._api_key, self._extra_headers)
 
     async def aclose(self) -> None:
         if self._owns_transport:

@@ -78,5 +78,10 @@ class Provider(ABC):
     def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         """Drive ``builder`` for ``request``; yield whenever events are ready to send."""
 
+    def secrets(self) -> tuple[str, ...]:
+        """The credentials this back end sends upstream. The model registry registers them with
+        ``redaction.REDACTOR``, which scrubs them from every error, stored response and log line."""
+        return ()
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections, models, threads."""

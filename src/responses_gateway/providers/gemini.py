@@ -38,6 +38,7 @@ from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.response import new_id
 from ..protocol.sse import SSEDecoder
+from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import (
     INPUT_KEY,
@@ -796,7 +797,7 @@ class GeminiProvider(Provider):
         resp = await self._transport.post(url, self.headers(), body, timeouts=self._timeouts)
         if resp.status >= 400:
             raw = await resp.read()
-            raise from_http(resp.status, resp.headers, raw, upstream="Gemini", secrets=self._secrets())
+            raise from_http(resp.status, resp.headers, raw, upstream="Gemini", secrets=self.secrets())
         turn = GeminiTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
         start = builder.sequence_number
         try:
@@ -831,8 +832,9 @@ class GeminiProvider(Provider):
         turn.finish()
         yield
 
-    def _secrets(self) -> tuple[str, ...]:
-        return (self._api_key,) if self._api_key else ()
+    def secrets(self) -> tuple[str, ...]:
+        """The API key and credential headers this provider sends (see redaction.py)."""
+        return credentials(self._api_key, self._extra_headers)
 
     async def aclose(self) -> None:
         if self._owns_transport:

@@ -34,6 +34,7 @@ import orjson
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.sse import SSEDecoder
+from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import (
     InputStream,
@@ -943,7 +944,7 @@ class OpenAIChatProvider(Provider):
         if resp.status >= 400:
             raw = await resp.read()
             raise from_http(
-                resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self._secrets()
+                resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self.secrets()
             )
         turn = ChatTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
         start = builder.sequence_number
@@ -994,8 +995,9 @@ class OpenAIChatProvider(Provider):
         turn.finish()
         yield
 
-    def _secrets(self) -> tuple[str, ...]:
-        return (self._api_key,) if self._api_key else ()
+    def secrets(self) -> tuple[str, ...]:
+        """The API key and credential headers this provider sends (see redaction.py)."""
+        return credentials(self._api_key, self._extra_headers)
 
     async def aclose(self) -> None:
         if self._owns_transport:

@@ -23,6 +23,7 @@ from ..protocol.builder import TOOL_PHASES, BuilderError, Item, StreamBuilder
 from ..protocol.checker import StreamChecker
 from ..protocol.request import JSON, TOOL_TYPES, ResponseRequest
 from ..protocol.sse import SSEDecoder
+from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .transport import StopPumping, Timeouts, Transport
 from .upstream_errors import from_error_payload, from_http, redact_url
@@ -597,7 +598,7 @@ class OpenAIResponsesProvider(Provider):
         if resp.status >= 400:
             raw = await resp.read()
             raise from_http(
-                resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self._secrets()
+                resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self.secrets()
             )
         relay = ResponsesRelay(builder, check=self._check_upstream)
         try:
@@ -641,8 +642,9 @@ class OpenAIResponsesProvider(Provider):
         relay.end()
         yield
 
-    def _secrets(self) -> tuple[str, ...]:
-        return (self._api_key,) if self._api_key else ()
+    def secrets(self) -> tuple[str, ...]:
+        """The API key and credential headers this provider sends (see redaction.py)."""
+        return credentials(self._api_key, self._extra_headers)
 
     async def aclose(self) -> None:
         if self._owns_transport:

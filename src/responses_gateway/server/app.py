@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from ..providers.base import Provider
+from ..redaction import REDACTOR, install_log_scrubbing
 from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
 from ..store import Store, open_store
 from .auth import APIKeyAuth
@@ -45,6 +46,8 @@ class GatewayApp:
         self.registry = registry
         self.config = config or ServerConfig()
         self._auth = APIKeyAuth(self.config.api_keys)
+        REDACTOR.add(*self.config.api_keys)
+        install_log_scrubbing()
         self._preload = preload
         self.store: Store | None = None
         self._sealer: Sealer | None = None

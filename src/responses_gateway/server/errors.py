@@ -9,6 +9,7 @@ import orjson
 from ..protocol.request import RequestError
 from ..providers.base import ProviderError
 from ..providers.upstream_errors import with_retry_hint
+from ..redaction import REDACTOR
 from .types import Send
 
 __all__ = ["HTTPError", "provider_message", "send_error", "send_json", "status_for_code"]
@@ -56,8 +57,10 @@ class HTTPError(Exception):
         return cls(err.status, message, type=err.type, param=err.param, code=err.code, headers=headers)
 
     def body(self) -> bytes:
+        # Every plain HTTP error passes here: no configured secret leaves in one.
+        message = REDACTOR.scrub(self.message)
         return orjson.dumps(
-            {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+            {"error": {"message": message, "type": self.type, "param": self.param, "code": self.code}}
         )
 
 

@@ -20,6 +20,7 @@ from ..providers.base import Provider
 from ..providers.fallback import FallbackProvider
 from ..providers.registry import ProviderContext, build_provider, check_lazy, factory_for, is_lazy
 from ..providers.transport import Transport
+from ..redaction import REDACTOR
 
 __all__ = ["LOCAL_MODEL", "ModelRegistry", "default_registry", "registry_from_config"]
 
@@ -74,6 +75,7 @@ class ModelRegistry:
         if not model:
             raise ValueError("a model needs a name")
         entry = _Entry(model, owned_by, int(time.time()), provider=provider)
+        REDACTOR.add(*provider.secrets())
         self._register(entry, aliases, fallbacks, retries)
 
     def add_lazy(
@@ -139,6 +141,7 @@ class ModelRegistry:
                 started = time.perf_counter()
                 # Building may import heavy modules: keep the event loop serving other requests meanwhile.
                 entry.provider = await asyncio.to_thread(entry.factory)
+                REDACTOR.add(*entry.provider.secrets())
                 log.info("model %s built in %.1f s", entry.name, time.perf_counter() - started)
             if load and not entry.loaded:
                 started = time.perf_counter()
@@ -266,6 +269,8 @@ def registry_from_config(
             LOCAL_MODEL, lambda: _build_local(ctx.model_path, ctx.data_dir), owned_by="local", retries=0
         )
     for model in config.models:
+        # Known before any provider is built (lazy ones are built on first use).
+        REDACTOR.add(model.api_key())
         common: dict[str, Any] = {
             "owned_by": model.provider,
             "aliases": model.aliases,

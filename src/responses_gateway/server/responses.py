@@ -34,6 +34,7 @@ from ..protocol.builder import StreamBuilder
 from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, parse_request
 from ..protocol.response import new_response
 from ..providers.base import ProviderError
+from ..redaction import REDACTOR
 from ..sealing import Sealer, SealError
 from ..store import RUNNING, TERMINAL, NotFound, ResponseNotFound, Store
 from .capabilities import check_capabilities
@@ -318,6 +319,7 @@ class ResponsesAPI:
         config = app.config
         builder = StreamBuilder(new_response(request.model, **echo), raw_reasoning=config.raw_reasoning)
         builder.tool_namespaces = flattening.names
+        builder.redact = REDACTOR.scrub
         if store is None or not request.store:
             builder.start()
             if request.stream:

@@ -1,0 +1,220 @@
+"""A hostile or careless upstream echoes the gateway's API key in its errors: the key never gets out.
+
+For each HTTP back end, the upstream puts the key it was sent (a shape no pattern knows, so only the
+configured secret catches it; raw and JSON-escaped) into an error before the first byte, an error
+event mid-stream and a non-streamed answer. The raw bytes the client got, the stored Response, the
+stored events (a resumed stream) and the log lines must not contain it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from soundness import assert_no_secret, assert_sound_stream, terminal_status
+
+from conftest import Gateway, decode_sse, start_gateway
+from responses_gateway.providers.anthropic import AnthropicProvider
+from responses_gateway.providers.base import Provider
+from responses_gateway.providers.gemini import GeminiProvider
+from responses_gateway.providers.openai_chat import OpenAIChatProvider
+from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
+from upstream_mock import UpstreamMock, encode_chunks, error_reply, json_reply, stream_reply
+
+JSON = dict[str, Any]
+# No vendor's key shape: only the gateway's knowledge of its own secrets can catch it.
+KEY = "Zq9/TEST+credential\\7781-qwv"
+HEADER_SECRET = "hdr-secret-0c6e1f9a77d2"
+SECRETS = [KEY, HEADER_SECRET]
+
+
+def _echo(text: str = "upstream says") -> str:
+    return f"{text}: your key {KEY} (header {HEADER_SECRET}) was rejected"
+
+
+PROVIDERS: dict[str, Callable[[str], Provider]] = {
+    "anthropic": lambda url: AnthropicProvider(
+        base_url=url, api_key=KEY, upstream_model="claude-x", extra_headers={"x-org-token": HEADER_SECRET}
+    ),
+    "openai-chat": lambda url: OpenAIChatProvider(
+        base_url=url + "/v1", api_key=KEY, upstream_model="gpt", extra_headers={"x-org-token": HEADER_SECRET}
+    ),
+    "openai": lambda url: OpenAIResponsesProvider(
+        base_url=url + "/v1", api_key=KEY, upstream_model="gpt", extra_headers={"x-org-token": HEADER_SECRET}
+    ),
+    "gemini": lambda url: GeminiProvider(
+        base_url=url, api_key=KEY, upstream_model="gemini-x", extra_headers={"x-org-token": HEADER_SECRET}
+    ),
+}
+
+
+def _midstream(provider: str) -> bytes:
+    """Some text, then an error that echoes the key, in the provider's own wire format."""
+    if provider == "anthropic":
+        return encode_chunks(
+            [
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_1",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "claude-x",
+                        "content": [],
+                        "stop_reason": None,
+                        "usage": {"input_tokens": 3, "output_tokens": 0},
+                    },
+                },
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+                {"type": "error", "error": {"type": "api_error", "message": _echo()}},
+            ],
+            "anthropic",
+        )
+    if provider == "openai-chat":
+        first = {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": "Hi"}}],
+        }
+        return (
+            b"data: " + orjson.dumps(first) + b"\n\n"
+            b"event: error\ndata: "
+            + orjson.dumps({"error": {"message": _echo(), "type": "server_error"}})
+            + b"\n\n"
+        )
+    if provider == "gemini":
+        first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}]}}]}
+        error = {"error": {"code": 500, "status": "INTERNAL", "message": _echo()}}
+        return encode_chunks([first, error], "gemini")
+    response = {
+        "id": "resp_up",
+        "object": "response",
+        "status": "in_progress",
+        "model": "gpt",
+        "output": [],
+    }
+    failed = dict(response, status="failed", error={"code": "server_error", "message": _echo("failed")})
+    return encode_chunks(
+        [
+            {"type": "response.created", "sequence_number": 0, "response": response},
+            {
+                "type": "error",
+                "sequence_number": 1,
+                "code": "server_error",
+                "message": _echo(),
+                "param": None,
+            },
+            {"type": "response.failed", "sequence_number": 2, "response": failed},
+        ],
+        "openai-responses",
+    )
+
+
+def _error_body(provider: str) -> JSON:
+    if provider == "anthropic":
+        return {"type": "error", "error": {"type": "api_error", "message": _echo()}}
+    if provider == "gemini":
+        return {"error": {"code": 500, "status": "INTERNAL", "message": _echo()}}
+    return {"error": {"message": _echo(), "type": "server_error", "param": None, "code": None}}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamMock]:
+    with UpstreamMock() as mock:
+        yield mock
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Iterator[Callable[[Provider], Gateway]]:
+    started: list[Gateway] = []
+
+    def factory(provider: Provider) -> Gateway:
+        gw = start_gateway(
+            [provider], store_url=f"sqlite:///{tmp_path / 'store.db'}", data_dir=str(tmp_path / "data")
+        )
+        started.append(gw)
+        return gw
+
+    yield factory
+    for gw in started:
+        gw.stop()
+
+
+def _stored_outputs(gw: Gateway, response_id: str) -> list[bytes]:
+    """What the store gives back: the Response and its replayed events."""
+    with httpx.Client(timeout=10) as client:
+        got = client.get(gw.url(f"/v1/responses/{response_id}"))
+        assert got.status_code == 200, got.text
+        replay = client.get(gw.url(f"/v1/responses/{response_id}?stream=true&starting_after=0"))
+        assert replay.status_code == 200, replay.text
+    return [got.content, replay.content]
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_key_echoed_mid_stream_stays_secret(
+    name: str, upstream: UpstreamMock, stored: Callable[[Provider], Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    upstream.reset([stream_reply(_midstream(name))])
+    gw = stored(PROVIDERS[name](upstream.url))
+    with httpx.Client(timeout=10) as client:
+        raw = client.post(
+            gw.url("/v1/responses"), json={"model": gw.registry.names()[0], "input": "hi", "stream": True}
+        )
+    assert raw.status_code == 200, raw.text
+    events = decode_sse(raw.content)
+    assert_sound_stream(events)
+    assert terminal_status(events) == "failed"
+    assert "[redacted]" in events[-1]["response"]["error"]["message"]  # the message is kept, the key is not
+    response_id = events[0]["response"]["id"]
+    assert_no_secret(SECRETS, raw.content, *_stored_outputs(gw, response_id), caplog.text)
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_key_echoed_before_the_first_byte_stays_secret(
+    name: str, upstream: UpstreamMock, stored: Callable[[Provider], Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    upstream.reset([error_reply(500, _error_body(name))])
+    gw = stored(PROVIDERS[name](upstream.url))
+    with httpx.Client(timeout=10) as client:
+        for stream in (True, False):
+            raw = client.post(
+                gw.url("/v1/responses"),
+                json={"model": gw.registry.names()[0], "input": "hi", "stream": stream},
+            )
+            assert raw.status_code >= 500, raw.text
+            assert raw.json()["error"]["message"]
+            assert_no_secret(SECRETS, raw.content)
+    assert_no_secret(SECRETS, caplog.text)
+
+
+@pytest.mark.parametrize("name", ["openai-chat", "openai"])
+def test_key_in_a_non_streamed_failure_stays_secret(
+    name: str, upstream: UpstreamMock, stored: Callable[[Provider], Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that ignores ``stream`` and answers a whole body whose error echoes the key."""
+    caplog.set_level(logging.DEBUG)
+    failed = {
+        "id": "resp_up",
+        "object": "response",
+        "status": "failed",
+        "model": "gpt",
+        "output": [],
+        "error": {"code": "server_error", "message": _echo()},
+    }
+    body = failed if name == "openai" else _error_body(name)
+    upstream.reset([json_reply(body)])
+    gw = stored(PROVIDERS[name](upstream.url))
+    with httpx.Client(timeout=10) as client:
+        raw = client.post(gw.url("/v1/responses"), json={"model": gw.registry.names()[0], "input": "hi"})
+    outputs: list[Any] = [raw.content, caplog.text]
+    if raw.status_code == 200:
+        outputs += _stored_outputs(gw, raw.json()["id"])
+    assert_no_secret(SECRETS, *outputs)
