@@ -17,13 +17,10 @@ import httpx
 import orjson
 import pytest
 from soundness import assert_no_secret, assert_sound_stream, terminal_status
+from wire import BACKENDS, error_body, provider
 
 from conftest import Gateway, decode_sse, start_gateway
-from responses_gateway.providers.anthropic import AnthropicProvider
 from responses_gateway.providers.base import Provider
-from responses_gateway.providers.gemini import GeminiProvider
-from responses_gateway.providers.openai_chat import OpenAIChatProvider
-from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
 from upstream_mock import UpstreamMock, encode_chunks, error_reply, json_reply, stream_reply
 
 JSON = dict[str, Any]
@@ -37,25 +34,13 @@ def _echo(text: str = "upstream says") -> str:
     return f"{text}: your key {KEY} (header {HEADER_SECRET}) was rejected"
 
 
-PROVIDERS: dict[str, Callable[[str], Provider]] = {
-    "anthropic": lambda url: AnthropicProvider(
-        base_url=url, api_key=KEY, upstream_model="claude-x", extra_headers={"x-org-token": HEADER_SECRET}
-    ),
-    "openai-chat": lambda url: OpenAIChatProvider(
-        base_url=url + "/v1", api_key=KEY, upstream_model="gpt", extra_headers={"x-org-token": HEADER_SECRET}
-    ),
-    "openai": lambda url: OpenAIResponsesProvider(
-        base_url=url + "/v1", api_key=KEY, upstream_model="gpt", extra_headers={"x-org-token": HEADER_SECRET}
-    ),
-    "gemini": lambda url: GeminiProvider(
-        base_url=url, api_key=KEY, upstream_model="gemini-x", extra_headers={"x-org-token": HEADER_SECRET}
-    ),
-}
+def backend(name: str, url: str) -> Provider:
+    return provider(name, url, api_key=KEY, extra_headers={"x-org-token": HEADER_SECRET})
 
 
-def _midstream(provider: str) -> bytes:
+def _midstream(name: str) -> bytes:
     """Some text, then an error that echoes the key, in the provider's own wire format."""
-    if provider == "anthropic":
+    if name == "anthropic":
         return encode_chunks(
             [
                 {
@@ -76,7 +61,7 @@ def _midstream(provider: str) -> bytes:
             ],
             "anthropic",
         )
-    if provider == "openai-chat":
+    if name == "openai-chat":
         first = {
             "id": "c1",
             "object": "chat.completion.chunk",
@@ -88,7 +73,7 @@ def _midstream(provider: str) -> bytes:
             + orjson.dumps({"error": {"message": _echo(), "type": "server_error"}})
             + b"\n\n"
         )
-    if provider == "gemini":
+    if name == "gemini":
         first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}]}}]}
         error = {"error": {"code": 500, "status": "INTERNAL", "message": _echo()}}
         return encode_chunks([first, error], "gemini")
@@ -114,14 +99,6 @@ def _midstream(provider: str) -> bytes:
         ],
         "openai-responses",
     )
-
-
-def _error_body(provider: str) -> JSON:
-    if provider == "anthropic":
-        return {"type": "error", "error": {"type": "api_error", "message": _echo()}}
-    if provider == "gemini":
-        return {"error": {"code": 500, "status": "INTERNAL", "message": _echo()}}
-    return {"error": {"message": _echo(), "type": "server_error", "param": None, "code": None}}
 
 
 @pytest.fixture(scope="module")
@@ -156,13 +133,13 @@ def _stored_outputs(gw: Gateway, response_id: str) -> list[bytes]:
     return [got.content, replay.content]
 
 
-@pytest.mark.parametrize("name", sorted(PROVIDERS))
+@pytest.mark.parametrize("name", BACKENDS)
 def test_key_echoed_mid_stream_stays_secret(
     name: str, upstream: UpstreamMock, stored: Callable[[Provider], Gateway], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     upstream.reset([stream_reply(_midstream(name))])
-    gw = stored(PROVIDERS[name](upstream.url))
+    gw = stored(backend(name, upstream.url))
     with httpx.Client(timeout=10) as client:
         raw = client.post(
             gw.url("/v1/responses"), json={"model": gw.registry.names()[0], "input": "hi", "stream": True}
@@ -176,13 +153,13 @@ def test_key_echoed_mid_stream_stays_secret(
     assert_no_secret(SECRETS, raw.content, *_stored_outputs(gw, response_id), caplog.text)
 
 
-@pytest.mark.parametrize("name", sorted(PROVIDERS))
+@pytest.mark.parametrize("name", BACKENDS)
 def test_key_echoed_before_the_first_byte_stays_secret(
     name: str, upstream: UpstreamMock, stored: Callable[[Provider], Gateway], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    upstream.reset([error_reply(500, _error_body(name))])
-    gw = stored(PROVIDERS[name](upstream.url))
+    upstream.reset([error_reply(500, error_body(name, _echo()))])
+    gw = stored(backend(name, upstream.url))
     with httpx.Client(timeout=10) as client:
         for stream in (True, False):
             raw = client.post(
@@ -209,9 +186,9 @@ def test_key_in_a_non_streamed_failure_stays_secret(
         "output": [],
         "error": {"code": "server_error", "message": _echo()},
     }
-    body = failed if name == "openai" else _error_body(name)
+    body = failed if name == "openai" else error_body(name, _echo())
     upstream.reset([json_reply(body)])
-    gw = stored(PROVIDERS[name](upstream.url))
+    gw = stored(backend(name, upstream.url))
     with httpx.Client(timeout=10) as client:
         raw = client.post(gw.url("/v1/responses"), json={"model": gw.registry.names()[0], "input": "hi"})
     outputs: list[Any] = [raw.content, caplog.text]

@@ -1096,8 +1096,12 @@ class AnthropicProvider(Provider):
                             if turn.dirty:
                                 turn.dirty = False
                                 yield
-                        for msg in decoder.flush():
-                            _dispatch(turn, msg.data)
+                            if turn.stopped:
+                                # message_stop is the end, whether or not the upstream closes.
+                                break
+                        else:
+                            for msg in decoder.flush():
+                                _dispatch(turn, msg.data)
                     finally:
                         await resp.aclose()
                 if not turn.stopped:

@@ -817,8 +817,13 @@ class GeminiProvider(Provider):
                     if turn.dirty:
                         turn.dirty = False
                         yield
-                for msg in decoder.flush():
-                    _dispatch(turn, msg.data)
+                    if turn.finish_reason is not None:
+                        # The chunk with finishReason (and the final usage) is the last one Gemini
+                        # sends: that is the end, whether or not the upstream closes the connection.
+                        break
+                else:
+                    for msg in decoder.flush():
+                        _dispatch(turn, msg.data)
         except ProviderError as exc:
             turn.fail(exc)
             yield

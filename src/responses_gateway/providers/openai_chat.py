@@ -965,10 +965,14 @@ class OpenAIChatProvider(Provider):
                             _dispatch(turn, msg.event, msg.data)
                         if turn.error is not None:
                             raise StopPumping
+                        wait = None
                         if turn.dirty:
                             turn.dirty = False
-                            return push()
-                        return None
+                            wait = push()
+                        if turn.done:
+                            # [DONE] is the end, whether or not the upstream closes the connection.
+                            raise StopPumping
+                        return wait
 
                     await resp.pump(on_chunk)
                 else:
@@ -980,6 +984,8 @@ class OpenAIChatProvider(Provider):
                         if turn.dirty:
                             turn.dirty = False
                             yield
+                        if turn.done:
+                            break
                 for msg in decoder.flush():
                     _dispatch(turn, msg.event, msg.data)
         except ProviderError as exc:
