@@ -245,6 +245,30 @@ def test_stale_keep_alive_connection_is_retried_once_on_a_new_one() -> None:
     run(go())
 
 
+def test_stale_retry_never_takes_another_pooled_connection() -> None:
+    """An upstream that answers once per connection and closes it at the next request, without
+    ``Connection: close``: every pooled connection is stale. The retry must open a new connection;
+    taking the next pooled one failed 7-11 requests in 40 (issue 11)."""
+    answered: set[asyncio.StreamWriter] = set()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        if writer in answered:
+            return False  # the second request on a connection: closed without a byte
+        answered.add(writer)
+        writer.write(reply(b"ok"))
+        return True
+
+    async def go() -> None:
+        async with pair(handler) as (srv, transport):
+            # Four at once leave four pooled connections, all stale from now on.
+            got = await asyncio.gather(*(read_all(transport, srv.url) for _ in range(4)))
+            assert [g[1] for g in got] == [b"ok"] * 4
+            for _ in range(36):
+                assert (await read_all(transport, srv.url))[1] == b"ok"
+
+    run(go())
+
+
 def test_fresh_connection_closed_without_answer_is_not_retried() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
         return False

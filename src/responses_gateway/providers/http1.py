@@ -176,8 +176,14 @@ class _Conn(asyncio.Protocol):
         timeout = self.read_timeout
         if not self.busy or self.complete or self.exc is not None or timeout is None:
             return
-        due = self.last_read + timeout
         now = self._loop.time()
+        if self.paused:
+            # We stopped reading (our client is slow): the upstream is not idle, it is held back. The
+            # idle clock starts again when reading resumes.
+            self.last_read = now
+            self._idle_timer = self._loop.call_at(now + timeout, self._check_idle)
+            return
+        due = self.last_read + timeout
         if now < due:
             self._idle_timer = self._loop.call_at(due, self._check_idle)
         else:
@@ -227,6 +233,7 @@ class _Conn(asyncio.Protocol):
         self.buffered = 0
         if self.paused:
             self.paused = False
+            self.last_read = self._loop.time()
             if self.transport is not None:
                 self.transport.resume_reading()
         return data
@@ -334,6 +341,7 @@ class _Conn(asyncio.Protocol):
         self.waits -= 1
         if self.paused and not self.waits:
             self.paused = False
+            self.last_read = self._loop.time()
             if self.transport is not None:
                 self.transport.resume_reading()
 
@@ -590,7 +598,9 @@ class Client:
         loop = self._loop
         deadline = None if total_timeout is None else loop.time() + total_timeout
         for attempt in (0, 1):
-            conn = await self._acquire(key, connect_timeout, deadline)
+            # The retry of a stale pooled connection takes a new one: another pooled connection to
+            # the same upstream is likely just as stale.
+            conn = await self._acquire(key, connect_timeout, deadline, pooled=attempt == 0)
             left = None if deadline is None else max(0.0, deadline - loop.time())
             try:
                 conn.send(request, read_timeout, left)
@@ -616,7 +626,10 @@ class Client:
 
     # -- the pool ----------------------------------------------------------------------------------
 
-    async def _acquire(self, key: Key, connect_timeout: float | None, deadline: float | None) -> _Conn:
+    async def _acquire(
+        self, key: Key, connect_timeout: float | None, deadline: float | None, *, pooled: bool = True
+    ) -> _Conn:
+        """A connection to ``key``: an idle pooled one if ``pooled`` and there is one, else a new one."""
         loop = self._loop
         host = self._hosts.get(key)
         if host is None:
@@ -624,7 +637,7 @@ class Client:
         while True:
             now = loop.time()
             idle = host.idle
-            while idle:
+            while pooled and idle:
                 conn = idle.pop()
                 if conn.closed or now - conn.idle_since > self._keepalive:
                     conn.abort()
