@@ -20,7 +20,7 @@ from typing import Any
 
 JSON = dict[str, Any]
 
-__all__ = ["JSON", "RequestError", "ResponseRequest", "parse_request"]
+__all__ = ["JSON", "MAX_NESTING", "RequestError", "ResponseRequest", "check_nesting", "parse_request"]
 
 
 @dataclass(slots=True)
@@ -739,6 +739,58 @@ _STATEFUL = {
 }
 
 
+# How deep a request body may nest (objects and arrays). Free-form objects (tool parameters, schemas,
+# metadata, item content) are stored and re-sent upstream inside envelopes of a few more levels, and
+# orjson refuses to serialize past 255: 64 leaves room and is far beyond any real schema.
+MAX_NESTING = 64
+
+
+def check_nesting(body: Any, *, limit: int = MAX_NESTING) -> None:
+    """Raise RequestError (400, param: where) if ``body`` nests deeper than ``limit`` levels.
+
+    One iterative pass over the containers (no recursion, nothing built); the path of the offending
+    value is worked out only when there is one.
+    """
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        value, depth = pop()
+        if depth > limit:
+            raise RequestError(
+                f"The request nests objects and arrays deeper than {limit} levels.",
+                param=_deep_path(body, limit),
+                code="invalid_value",
+            )
+        for child in value.values() if type(value) is dict else value:
+            if type(child) is dict or type(child) is list:
+                push((child, depth + 1))
+
+
+def _deep_path(body: Any, limit: int) -> str | None:
+    """The param naming where ``body`` is too deep: its first two keys on the way (``tools[0].parameters``,
+    ``metadata.x``), as OpenAI names a param."""
+    stack: list[tuple[Any, int, tuple[str, ...]]] = [(body, 1, ())]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > limit:
+            keys = 0
+            name = ""
+            for part in path:
+                if keys == 2:
+                    break
+                if part.startswith("["):
+                    name += part
+                else:
+                    keys += 1
+                    name += "." + part if name else part
+            return name or None
+        items = value.items() if type(value) is dict else ((f"[{i}]", v) for i, v in enumerate(value))
+        for key, child in items:
+            if type(child) is dict or type(child) is list:
+                stack.append((child, depth + 1, (*path, str(key))))
+    return None
+
+
 def parse_request(body: Any) -> ResponseRequest:
     """Validate a decoded create-response body and return it normalized; raise RequestError if invalid."""
     if not isinstance(body, dict):
@@ -746,6 +798,7 @@ def parse_request(body: Any) -> ResponseRequest:
             f"Invalid type for request body: expected an object, but got {_got(body)} instead.",
             code="invalid_type",
         )
+    check_nesting(body)
     for key in body:
         if key not in FIELDS:
             raise _unknown(key)

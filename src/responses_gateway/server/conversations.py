@@ -32,6 +32,7 @@ from ..protocol.request import _list as check_list
 from ..protocol.request import _metadata as check_metadata
 from ..sealing import Sealer, SealError
 from ..store import ItemReferenceNotFound, NotFound, Store, apply_include
+from .bodies import parse_json_body
 from .errors import HTTPError, send_json
 from .responses import ENCRYPTED, _present_item, _reasoning_state
 from .types import Receive, Scope, Send
@@ -267,14 +268,7 @@ class ConversationsAPI:
         raw = await self._read_body(scope, receive)
         if not raw.strip():
             return {}
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise HTTPError(
-                400,
-                "We could not parse the JSON body of your request. The API expects a JSON payload, but "
-                "what was sent was not valid JSON.",
-            ) from None
+        body = parse_json_body(raw)
         if not isinstance(body, dict):
             raise HTTPError(400, "The request body must be a JSON object.", code="invalid_type")
         return body

@@ -37,6 +37,7 @@ from ..providers.base import ProviderError
 from ..redaction import REDACTOR
 from ..sealing import Sealer, SealError
 from ..store import RUNNING, TERMINAL, NotFound, ResponseNotFound, Store
+from .bodies import parse_json_body
 from .capabilities import check_capabilities
 from .errors import HTTPError, send_json
 from .namespaces import adapt_tools
@@ -150,6 +151,10 @@ def _identity(events: list[JSON]) -> list[JSON]:
 
 
 # ---------------------------------------------------------------------------------------- queries
+
+# The largest integer a query parameter may carry: the stores keep sequence numbers in signed 64 bits.
+MAX_QUERY_INT = 2**63 - 1
+
 class _Query:
     """A GET request's query string, checked with OpenAI's wording."""
 
@@ -190,20 +195,24 @@ class _Query:
             "invalid_type",
         )
 
-    def integer(self, name: str, default: int, lo: int, hi: int | None = None) -> int:
+    def integer(self, name: str, default: int, lo: int, hi: int = MAX_QUERY_INT) -> int:
+        """An integer query parameter within [lo, hi]; every integer has an upper bound (a value past
+        the store's 64-bit integers overflowed the database bind after the headers were sent)."""
         value = self.get(name)
         if value is None or value == "":
             return default
         try:
+            if not value.isascii():
+                raise ValueError(value)
             number = int(value)
         except ValueError:
             raise _bad(
-                f"Invalid type for '{name}': expected an integer, but got '{value}' instead.",
+                f"Invalid type for '{name}': expected an integer, but got '{value[:40]}' instead.",
                 name,
                 "invalid_type",
             ) from None
-        if number < lo or (hi is not None and number > hi):
-            bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        if number < lo or number > hi:
+            bound = f"between {lo} and {hi}"
             raise _bad(
                 f"Invalid '{name}': expected a value {bound}, but got {number}.", name, "invalid_value"
             )
@@ -257,14 +266,7 @@ class ResponsesAPI:
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
         raw = await app._read_body(scope, receive)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise HTTPError(
-                400,
-                "We could not parse the JSON body of your request. The API expects a JSON payload, but "
-                "what was sent was not valid JSON.",
-            ) from None
+        body = parse_json_body(raw)
         try:
             request = parse_request(body)
         except RequestError as exc:
