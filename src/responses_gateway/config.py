@@ -51,7 +51,15 @@ _MODEL_KEYS = {
     "script",
 }
 _TIMEOUT_KEYS = {"connect", "read", "total"}
-_UPSTREAM_KEYS = {"pool_limit", "pool_limit_per_host", "pool_keepalive", "pool_timeout", "trust_env"}
+_UPSTREAM_KEYS = {
+    "pool_limit",
+    "pool_limit_per_host",
+    "pool_keepalive",
+    "pool_timeout",
+    "trust_env",
+    "max_event_bytes",
+    "max_error_body_bytes",
+}
 _TOP_KEYS = {"models", "local", "upstream"}
 
 
@@ -87,6 +95,10 @@ class UpstreamConfig:
     pool_keepalive: float = 60.0
     pool_timeout: float | None = None
     trust_env: bool = False
+    # What one upstream can make the gateway hold: one stream event still arriving, and the part of
+    # an error body read for its message (docs/security.md).
+    max_event_bytes: int = 16 * 1024 * 1024
+    max_error_body_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +241,12 @@ class _Parser:
                 value = self.scalar(u[key], f"upstream.{key}", int)
                 if value < 0:
                     raise self.fail(u[key], f"upstream.{key}", "must be 0 (unlimited) or positive")
+                kwargs[key] = value
+        for key in ("max_event_bytes", "max_error_body_bytes"):
+            if key in u:
+                value = self.scalar(u[key], f"upstream.{key}", int)
+                if value <= 0:
+                    raise self.fail(u[key], f"upstream.{key}", "must be positive")
                 kwargs[key] = value
         for key in ("pool_keepalive", "pool_timeout"):
             if key in u:

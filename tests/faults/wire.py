@@ -10,7 +10,7 @@ from responses_gateway.providers.base import Provider
 from responses_gateway.providers.gemini import GeminiProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
-from responses_gateway.providers.transport import Timeouts
+from responses_gateway.providers.transport import Timeouts, Transport
 from upstream_mock import encode_chunks
 
 JSON = dict[str, Any]
@@ -24,9 +24,10 @@ def provider(
     api_key: str = "test-key-0000",
     read_timeout: float | None = None,
     extra_headers: dict[str, str] | None = None,
+    transport: Transport | None = None,
 ) -> Provider:
     """Back end ``name`` pointed at the mock upstream ``url``."""
-    common: JSON = {"api_key": api_key, "extra_headers": extra_headers}
+    common: JSON = {"api_key": api_key, "extra_headers": extra_headers, "transport": transport}
     if read_timeout is not None:
         common["timeouts"] = Timeouts(connect=5, read=read_timeout, total=None)
     factories: dict[str, Callable[[], Provider]] = {

@@ -11,7 +11,7 @@ The encoder writes the frames our server sends: ``event: <type>\\ndata: <one-lin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -21,6 +21,7 @@ __all__ = [
     "EventStreamDecoder",
     "SSEComment",
     "SSEDecoder",
+    "SSEEventTooLarge",
     "SSEMessage",
     "SSEPayloadError",
     "decode_event",
@@ -88,18 +89,35 @@ class SSEDecoder:
         "_bom_checked",
         "_comments",
         "_data",
+        "_data_size",
         "_event",
         "_has_fields",
+        "_limit",
         "_retry",
         "_skip_lf",
         "_tail",
+        "_tail_size",
+        "_too_large",
         "last_event_id",
         "retry",
         "truncated",
     )
 
-    def __init__(self, comments: bool = False) -> None:
+    def __init__(
+        self,
+        comments: bool = False,
+        *,
+        max_event_bytes: int | None = None,
+        too_large: Callable[[int], BaseException] | None = None,
+    ) -> None:
+        """``max_event_bytes`` bounds one event still being received (its data lines and the line in
+        progress): past it, ``feed`` raises ``too_large(limit)`` (default :class:`SSEEventTooLarge`),
+        so an endless line cannot take the process's memory."""
         self._comments = comments
+        self._limit = max_event_bytes
+        self._too_large = too_large or SSEEventTooLarge.for_limit
+        self._tail_size = 0
+        self._data_size = 0
         # Pieces of the current, not yet terminated line.
         self._tail: list[bytes] = []
         self._bom_checked = False
@@ -137,6 +155,9 @@ class SSEDecoder:
             # Still inside one line (a long JSON payload arriving in many chunks): keep the pieces and
             # join once, so a multi-megabyte line costs linear time, not quadratic.
             self._tail.append(data)
+            self._tail_size += len(data)
+            if self._limit is not None and self._tail_size + self._data_size > self._limit:
+                raise self._too_large(self._limit)
             return []
         if self._tail:
             self._tail.append(data)
@@ -177,8 +198,11 @@ class SSEDecoder:
         lines = rest.split(b"\n")
         last = lines.pop()
         self._tail = [last] if last else []
+        self._tail_size = len(last)
         if lines:
             out += self._lines(lines)
+        if self._limit is not None and self._tail_size + self._data_size > self._limit:
+            raise self._too_large(self._limit)
         return out
 
     def flush(self, dispatch_incomplete: bool = False) -> list[SSEMessage]:
@@ -190,6 +214,7 @@ class SSEDecoder:
         """
         buf = b"".join(self._tail)
         self._tail = []
+        self._tail_size = 0
         self._skip_lf = False
         out: list[SSEMessage] = []
         if not self._bom_checked:
@@ -205,6 +230,7 @@ class SSEDecoder:
 
     def _reset_event(self) -> None:
         self._data = []
+        self._data_size = 0
         self._event = b""
         self._retry = None
         self._has_fields = False
@@ -219,6 +245,7 @@ class SSEDecoder:
                     event = self._event.decode("utf-8", "replace") if self._event else "message"
                     out.append(SSEMessage(event, text, self.last_event_id, self._retry))
                     data = self._data = []
+                    self._data_size = 0
                 # The spec resets the event type and data buffers even when nothing is dispatched.
                 self._event = b""
                 self._retry = None
@@ -238,6 +265,7 @@ class SSEDecoder:
                 value = line[colon + 2 :] if line[colon + 1 : colon + 2] == b" " else line[colon + 1 :]
             if field == b"data":
                 data.append(value)
+                self._data_size += len(value)
             elif field == b"event":
                 self._event = value
             elif field == b"id" and b"\x00" not in value:
@@ -246,6 +274,14 @@ class SSEDecoder:
                 # bytes.isdigit() is ASCII-only and False for b"", exactly the spec's rule.
                 self._retry = self.retry = int(value)
         return out
+
+
+class SSEEventTooLarge(ValueError):
+    """An event grew past the decoder's ``max_event_bytes`` before it ended."""
+
+    @classmethod
+    def for_limit(cls, limit: int) -> SSEEventTooLarge:
+        return cls(f"an event is larger than {limit} bytes")
 
 
 class SSEPayloadError(ValueError):

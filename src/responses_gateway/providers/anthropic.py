@@ -31,7 +31,6 @@ import orjson
 
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
-from ..protocol.sse import SSEDecoder
 from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import InputStream
@@ -1078,7 +1077,7 @@ class AnthropicProvider(Provider):
             try:
                 resp = await self._transport.post(self.url, self.headers(), body, timeouts=self._timeouts)
                 if resp.status >= 400:
-                    raw = await resp.read()
+                    raw = await resp.read(self._transport.max_error_bytes)
                     raise from_http(
                         resp.status, resp.headers, raw, upstream="Anthropic", secrets=self.secrets()
                     )
@@ -1088,7 +1087,7 @@ class AnthropicProvider(Provider):
                     for event in message_events(await resp.json()):
                         turn.on_event(event)
                 else:
-                    decoder = SSEDecoder()
+                    decoder = self._transport.sse_decoder()
                     try:
                         async for chunk in resp.iter_chunks():
                             for msg in decoder.feed(chunk):

@@ -37,7 +37,6 @@ import orjson
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.response import new_id
-from ..protocol.sse import SSEDecoder
 from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import (
@@ -796,7 +795,7 @@ class GeminiProvider(Provider):
         url = self.url(self.upstream_model or request.model)
         resp = await self._transport.post(url, self.headers(), body, timeouts=self._timeouts)
         if resp.status >= 400:
-            raw = await resp.read()
+            raw = await resp.read(self._transport.max_error_bytes)
             raise from_http(resp.status, resp.headers, raw, upstream="Gemini", secrets=self.secrets())
         turn = GeminiTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
         start = builder.sequence_number
@@ -808,7 +807,7 @@ class GeminiProvider(Provider):
                     if isinstance(chunk, dict):
                         turn.on_chunk(chunk)
             else:
-                decoder = SSEDecoder()
+                decoder = self._transport.sse_decoder()
                 async for raw_chunk in resp.iter_chunks():
                     for msg in decoder.feed(raw_chunk):
                         _dispatch(turn, msg.data)

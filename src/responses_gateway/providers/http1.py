@@ -493,9 +493,22 @@ class Response:
             raise self._error(conn.exc) from None
         self._finish()
 
-    async def read(self) -> bytes:
-        """The whole body."""
-        return b"".join([chunk async for chunk in self.iter_chunks()])
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; with ``limit``, at most that many bytes (the connection is then dropped if
+        more was coming: an upstream's error body is read for its message, not kept whole)."""
+        if limit is None:
+            return b"".join([chunk async for chunk in self.iter_chunks()])
+        chunks: list[bytes] = []
+        size = 0
+        chunk_iter = self.iter_chunks()
+        async for chunk in chunk_iter:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= limit:
+                await chunk_iter.aclose()
+                self.close()
+                break
+        return b"".join(chunks)[:limit]
 
     async def json(self) -> Any:
         """The whole body parsed as JSON (``None`` if it is not JSON)."""

@@ -33,7 +33,6 @@ import orjson
 
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
-from ..protocol.sse import SSEDecoder
 from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import (
@@ -942,7 +941,7 @@ class OpenAIChatProvider(Provider):
         body = self.build_body(request)
         resp = await self._transport.post(self.url, self.headers(), body, timeouts=self._timeouts)
         if resp.status >= 400:
-            raw = await resp.read()
+            raw = await resp.read(self._transport.max_error_bytes)
             raise from_http(
                 resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self.secrets()
             )
@@ -955,7 +954,7 @@ class OpenAIChatProvider(Provider):
                     turn.on_chunk(chunk)
                 turn.done = True
             else:
-                decoder = SSEDecoder()
+                decoder = self._transport.sse_decoder()
                 push = builder.push
                 if push is not None:
                     # The server sends as we go: each upstream read is translated and sent from the

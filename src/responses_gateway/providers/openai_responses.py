@@ -22,7 +22,6 @@ import orjson
 from ..protocol.builder import TOOL_PHASES, BuilderError, Item, StreamBuilder
 from ..protocol.checker import StreamChecker
 from ..protocol.request import JSON, TOOL_TYPES, ResponseRequest
-from ..protocol.sse import SSEDecoder
 from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .transport import StopPumping, Timeouts, Transport
@@ -596,7 +595,7 @@ class OpenAIResponsesProvider(Provider):
         body = self.build_body(request)
         resp = await self._transport.post(self.url, self.headers(), body, timeouts=self._timeouts)
         if resp.status >= 400:
-            raw = await resp.read()
+            raw = await resp.read(self._transport.max_error_bytes)
             raise from_http(
                 resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self.secrets()
             )
@@ -606,7 +605,7 @@ class OpenAIResponsesProvider(Provider):
                 # A server that ignored ``stream: true`` answered with the whole Response.
                 replay_response(relay, await resp.json())
             else:
-                decoder = SSEDecoder()
+                decoder = self._transport.sse_decoder()
                 push = builder.push
                 if push is not None:
                     # The server sends as we go, from the socket's callback (no task hop per event).

@@ -26,7 +26,9 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from ..protocol.sse import SSEDecoder
 from . import http1
+from .base import ProviderError
 from .http1 import StopPumping
 from .upstream_errors import redact_url, transport_error
 
@@ -86,7 +88,7 @@ class UpstreamResponse(Protocol):
         read, and may raise :class:`StopPumping` to stop reading. Returns when the body has ended."""
         ...
 
-    async def read(self) -> bytes: ...
+    async def read(self, limit: int | None = None) -> bytes: ...
 
     async def json(self) -> Any: ...
 
@@ -132,14 +134,18 @@ class AiohttpResponse:
         if not await http1.pump_iterated(self.iter_chunks(), on_chunk):
             await self.aclose()
 
-    async def read(self) -> bytes:
-        """The whole body."""
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body (at most ``limit`` bytes of it: see ``http1.Response.read``)."""
         try:
-            body = await self._resp.read()
+            if limit is None:
+                body = await self._resp.read()
+                self._done = True
+            else:
+                body = await self._resp.content.read(limit)
+                self._done = self._resp.content.at_eof()
         except (TimeoutError, aiohttp.ClientError) as exc:
             await self.aclose()
             raise transport_error(exc, self._url, self._timeouts.read, reading=True) from None
-        self._done = True
         await self.aclose()
         return body
 
@@ -176,6 +182,20 @@ _LEAN_HEADERS = {
 }
 
 
+# Defaults for what one upstream can make the gateway hold in memory (models file: ``upstream:``).
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_ERROR_BYTES = 1024 * 1024
+
+
+def _event_too_large(limit: int) -> ProviderError:
+    return ProviderError(
+        f"The upstream sent a stream event larger than {limit} bytes (upstream.max_event_bytes); "
+        "the stream was stopped.",
+        status=502,
+        code="server_error",
+    )
+
+
 class Transport:
     """A pooled HTTP client for upstream APIs, created lazily inside the running event loop.
 
@@ -193,9 +213,16 @@ class Transport:
         keepalive: float = 60.0,
         pool_timeout: float | None = None,
         trust_env: bool = False,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_error_bytes: int = DEFAULT_MAX_ERROR_BYTES,
     ) -> None:
         if limit < 0 or limit_per_host < 0:
             raise ValueError("connection pool limits must be 0 (unlimited) or positive")
+        if max_event_bytes <= 0 or max_error_bytes <= 0:
+            raise ValueError("max_event_bytes and max_error_bytes must be positive")
+        # What one upstream may make the gateway hold: an event still arriving, an error body.
+        self.max_event_bytes = max_event_bytes
+        self.max_error_bytes = max_error_bytes
         self.timeouts = timeouts or Timeouts()
         self._limit = limit
         self._limit_per_host = limit_per_host
@@ -206,6 +233,11 @@ class Transport:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http1: http1.Client | None = None
+
+    def sse_decoder(self) -> SSEDecoder:
+        """An SSE decoder for an upstream's stream, bounded by ``max_event_bytes``: an event past it
+        ends the stream with a 502 ProviderError instead of growing without end."""
+        return SSEDecoder(max_event_bytes=self.max_event_bytes, too_large=_event_too_large)
 
     def __repr__(self) -> str:
         if self._trust_env:

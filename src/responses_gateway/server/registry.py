@@ -257,6 +257,8 @@ def registry_from_config(
                 keepalive=up.pool_keepalive,
                 pool_timeout=up.pool_timeout,
                 trust_env=up.trust_env,
+                max_event_bytes=up.max_event_bytes,
+                max_error_bytes=up.max_error_body_bytes,
             ),
             model_path=model_path,
         )
