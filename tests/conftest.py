@@ -25,6 +25,7 @@ from responses_gateway.protocol.sse import EventStreamDecoder
 from responses_gateway.providers.base import Provider
 from responses_gateway.server.app import GatewayApp
 from responses_gateway.server.config import ServerConfig
+from responses_gateway.server.http_protocol import GatewayHttpProtocol
 from responses_gateway.server.registry import ModelRegistry
 
 
@@ -65,9 +66,14 @@ def _free_port() -> int:
 
 
 def start_gateway(
-    models: ModelRegistry | Iterable[Provider], *, preload: bool = False, **config: Any
+    models: ModelRegistry | Iterable[Provider],
+    *,
+    preload: bool = False,
+    http: dict[str, Any] | None = None,
+    **config: Any,
 ) -> Gateway:
-    """Start a gateway serving ``models`` (a registry, or providers registered under their names)."""
+    """Start a gateway serving ``models`` (a registry, or providers registered under their names), with
+    the HTTP protocol ``serve`` runs (``http``: its head/body timeouts and connection limit)."""
     if isinstance(models, ModelRegistry):
         registry = models
     else:
@@ -82,7 +88,7 @@ def start_gateway(
             host="127.0.0.1",
             port=port,
             loop="uvloop",
-            http="httptools",
+            http=GatewayHttpProtocol.configured(**(http or {})),
             lifespan="on",
             access_log=False,
             log_level="warning",

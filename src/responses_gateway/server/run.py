@@ -16,6 +16,12 @@ from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
 from .app import GatewayApp
 from .config import DEFAULT_MAX_BODY_BYTES, DROPPABLE_TOOL_TYPES, ServerConfig
+from .http_protocol import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    GatewayHttpProtocol,
+)
 from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_from_config
 from .streaming import stop_all_runs
 
@@ -135,6 +141,31 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "asks for it is still refused (repeatable)",
     )
     parser.add_argument(
+        "--head-timeout",
+        type=float,
+        default=DEFAULT_HEAD_TIMEOUT,
+        metavar="SECONDS",
+        help=f"a request's headers must arrive within this time of its first byte, else 408 and the "
+        f"connection closes; a new connection that sends nothing is closed after it (default "
+        f"{DEFAULT_HEAD_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help=f"longest pause while a request body arrives, else 408 and the connection closes "
+        f"(default {DEFAULT_BODY_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"open client connections past which requests are answered 503 (open streams are never "
+        f"cut; default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    parser.add_argument(
         "--shutdown-timeout",
         type=float,
         default=10.0,
@@ -219,6 +250,11 @@ def serve(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        protocol = GatewayHttpProtocol.configured(
+            head_timeout=args.head_timeout,
+            body_timeout=args.body_timeout,
+            max_connections=args.max_connections,
+        )
         app = build_app(args)
     except (ScriptError, OSError, ValueError) as exc:
         sys.stderr.write(f"responses-gateway serve: {exc}\n")
@@ -246,7 +282,7 @@ def serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         loop="uvloop",
-        http="httptools",
+        http=protocol,
         lifespan="on",
         access_log=args.access_log,
         log_level=args.log_level,

@@ -1,0 +1,208 @@
+"""uvicorn's httptools protocol with the limits a server exposed to a network needs.
+
+uvicorn bounds only the idle time between keep-alive requests. A client that sends a request head a
+byte at a time, or a body that never ends, holds its connection (and a file descriptor, and for a
+body the request's task) for ever: a thousand such connections cost nothing to send and everything
+to keep. :class:`GatewayHttpProtocol` adds:
+
+- ``head_timeout``: from a connection's first byte (or the end of the previous response) the whole
+  request head must arrive within it; else a 408 in OpenAI's error shape and the connection closes.
+  A new connection that sends nothing at all is closed after the same time, silently.
+- ``body_timeout``: while a body is arriving, at most this long between two pieces of it; else a
+  408 and the connection closes (the request sees a disconnect).
+- ``max_connections``: past this many open connections a request is answered 503 (JSON, with
+  Retry-After) instead of being served; open streams are never cut. uvicorn's own limit would
+  answer in plain text.
+- Protocol garbage (bad framing, a bad Content-Length, both Content-Length and Transfer-Encoding,
+  control characters in headers) gets a 400 in OpenAI's JSON error shape, not uvicorn's text/plain.
+
+The timers run only while a head or a body is incomplete, one timer handle per connection checked
+against the time of the last byte: nothing is added to a streamed response's per-event path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .types import Receive, Scope, Send
+
+__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_HEAD_TIMEOUT", "DEFAULT_MAX_CONNECTIONS", "GatewayHttpProtocol"]
+
+DEFAULT_HEAD_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_MAX_CONNECTIONS = 8192
+
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 503: b"Service Unavailable"}
+
+
+def error_response(status: int, message: str, code: str, *, extra: bytes = b"") -> bytes:
+    """A complete HTTP/1.1 error response in OpenAI's shape that closes the connection."""
+    body = orjson.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+    )
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n"
+        b"%s\r\n%s" % (status, _REASONS[status], len(body), extra, body)
+    )
+
+
+async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer past ``max_connections``."""
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": "The gateway has too many open connections; retry shortly.",
+                "type": "server_error",
+                "param": None,
+                "code": "server_is_overloaded",
+            }
+        }
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"1"),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class GatewayHttpProtocol(HttpToolsProtocol):
+    """See the module docstring. Settings are class attributes: :meth:`configured` makes a subclass."""
+
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+    @classmethod
+    def configured(
+        cls,
+        *,
+        head_timeout: float = DEFAULT_HEAD_TIMEOUT,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> type[GatewayHttpProtocol]:
+        if head_timeout <= 0 or body_timeout <= 0 or max_connections <= 0:
+            raise ValueError("head_timeout, body_timeout and max_connections must be positive")
+        attrs = {
+            "head_timeout": head_timeout,
+            "body_timeout": body_timeout,
+            "max_connections": max_connections,
+        }
+        return type("GatewayHttpProtocol", (cls,), attrs)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._limit_timer: asyncio.TimerHandle | None = None
+        # What the timer guards: "head" (waiting for a complete head), "body" (a body arriving) or None.
+        self._waiting_for: str | None = None
+        self._last_byte = 0.0
+        self._seen_bytes = False
+
+    # -- timers ---------------------------------------------------------------------------------------
+
+    def _arm(self, what: str, timeout: float) -> None:
+        self._waiting_for = what
+        self._last_byte = self.loop.time()
+        if self._limit_timer is None:
+            self._limit_timer = self.loop.call_later(timeout, self._check)
+
+    def _disarm(self) -> None:
+        self._waiting_for = None
+        if self._limit_timer is not None:
+            self._limit_timer.cancel()
+            self._limit_timer = None
+
+    def _check(self) -> None:
+        self._limit_timer = None
+        what = self._waiting_for
+        if what is None or self.transport is None or self.transport.is_closing():
+            return
+        timeout = self.head_timeout if what == "head" else self.body_timeout
+        # The head's deadline runs from its first byte; the body's from its latest piece.
+        due = self._last_byte + timeout
+        now = self.loop.time()
+        if now < due:
+            self._limit_timer = self.loop.call_at(due, self._check)
+            return
+        self._waiting_for = None
+        if what == "head" and not self._seen_bytes:
+            self.transport.close()  # a connection that never said anything
+            return
+        part = "request headers" if what == "head" else "request body"
+        self.logger.info("closing a connection that sent its %s too slowly", part)
+        if self.cycle is not None and not self.cycle.response_complete and what == "body":
+            # The app is waiting for this body: it will see a disconnect and send nothing.
+            self.cycle.response_complete = True
+        self.transport.write(
+            error_response(
+                408, f"The {part} did not arrive in time (within {timeout:g} s).", "request_timeout"
+            )
+        )
+        self.transport.close()
+
+    # -- protocol ---------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._seen_bytes = False
+        self._arm("head", self.head_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiting_for == "body":
+            self._last_byte = self.loop.time()
+        elif self._waiting_for is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm("head", self.head_timeout)  # the next request on a kept-alive connection
+        if not self._seen_bytes:
+            self._seen_bytes = True
+            self._last_byte = self.loop.time()
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._seen_bytes = True
+        if self._waiting_for != "head":
+            self._arm("head", self.head_timeout)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        if len(self.connections) > self.max_connections:
+            app, self.app = self.app, _busy
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
+        else:
+            super().on_headers_complete()
+        if not self.parser.should_upgrade() and not self.pipeline:
+            # (A pipelined request waits, with reading paused, for the one before it: no clock for it.)
+            self._arm("body", self.body_timeout)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._seen_bytes = False
+
+    def send_400_response(self, msg: str) -> None:
+        self._disarm()
+        self.transport.write(
+            error_response(400, "The request is not valid HTTP/1.1 (bad framing or headers).", "invalid_http")
+        )
+        self.transport.close()

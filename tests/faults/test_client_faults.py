@@ -1,0 +1,238 @@
+"""Hostile and broken clients: slow-loris heads, bodies that stall, floods of half-open connections,
+protocol garbage, too many connections and clients that leave mid-stream. The server closes what
+abuses it, answers in OpenAI's error shape, keeps serving everyone else and keeps its memory."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from soundness import assert_sound_stream, terminal_status
+
+from conftest import Gateway, decode_sse, start_gateway
+from responses_gateway.providers.scripted import ScriptedProvider
+from serve_process import serve
+
+HEAD, BODY = 0.6, 0.6
+SLOW = [{"message": [f"w{i} " for i in range(25)], "delay": 0.1}]  # a 2.5 s stream
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp: Path = tmp_path_factory.mktemp("clients")
+    gateway = start_gateway(
+        [ScriptedProvider([{"message": "ok"}], name="m"), ScriptedProvider(SLOW, name="slow")],
+        http={"head_timeout": HEAD, "body_timeout": BODY},
+        store_url=f"sqlite:///{tmp / 'store.db'}",
+        data_dir=str(tmp / "data"),
+    )
+    yield gateway
+    gateway.stop()
+
+
+def connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return sock
+
+
+def read_all(sock: socket.socket, timeout: float = 10) -> bytes:
+    """Everything until the server closes (b'' if it closed without a word)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def json_error(data: bytes, status: int) -> dict[str, object]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d" % status), data[:300]
+    assert b"content-type: application/json" in head.lower()
+    error: dict[str, object] = orjson.loads(body)["error"]
+    assert error["message"] and "type" in error and "code" in error
+    return error
+
+
+def normal_request(gw: Gateway) -> None:
+    got = httpx.post(gw.url("/v1/responses"), json={"model": "m", "input": "hi"}, timeout=10)
+    assert got.status_code == 200 and got.json()["status"] == "completed", got.text
+
+
+def test_slow_loris_heads_are_cut_while_others_are_served(gw: Gateway) -> None:
+    request = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 200
+    )
+    socks = [connect(gw.port) for _ in range(30)]
+    closed_at: list[float] = []
+    started = time.monotonic()
+
+    def dribble(sock: socket.socket) -> None:
+        try:
+            for byte in request:
+                sock.send(bytes([byte]))
+                time.sleep(0.1)
+        except OSError:
+            pass  # the server closed on us: what we want
+        data = read_all(sock)
+        closed_at.append(time.monotonic() - started)
+        if data:
+            assert json_error(data, 408)["code"] == "request_timeout"
+
+    threads = [threading.Thread(target=dribble, args=(s,)) for s in socks]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    normal_request(gw)  # served while the dribblers hold their connections
+    for t in threads:
+        t.join(15)
+    for s in socks:
+        s.close()
+    assert len(closed_at) == 30
+    assert max(closed_at) < HEAD + 3, closed_at  # not the ~25 s the dribble would take
+
+
+def test_silent_and_half_open_connections_are_closed(gw: Gateway) -> None:
+    silent = [connect(gw.port) for _ in range(100)]
+    half = [connect(gw.port) for _ in range(100)]
+    for sock in half:
+        sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
+    normal_request(gw)
+    started = time.monotonic()
+    assert all(read_all(s) == b"" for s in silent)
+    for sock in half:
+        assert json_error(read_all(sock), 408)["code"] == "request_timeout"
+    assert time.monotonic() - started < HEAD + 3
+    for sock in silent + half:
+        sock.close()
+
+
+def test_a_stalled_body_gets_408(gw: Gateway) -> None:
+    sock = connect(gw.port)
+    sock.sendall(
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"model": "m", '
+    )
+    assert json_error(read_all(sock), 408)["code"] == "request_timeout"
+    sock.close()
+    normal_request(gw)
+
+
+def test_streams_longer_than_every_timeout_are_untouched(gw: Gateway) -> None:
+    got = httpx.post(
+        gw.url("/v1/responses"), json={"model": "slow", "input": "hi", "stream": True}, timeout=30
+    )
+    events = decode_sse(got.content)
+    assert_sound_stream(events)
+    assert terminal_status(events) == "completed"
+    # A keep-alive connection used twice, with a pause longer than the head timeout between requests
+    # (uvicorn's keep-alive idle limit is 5 s).
+    with httpx.Client(timeout=10) as client:
+        for _ in range(2):
+            assert client.post(gw.url("/v1/responses"), json={"model": "m", "input": "x"}).status_code == 200
+            time.sleep(HEAD * 1.5)
+
+
+GARBAGE = {
+    "bad content-length": b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n{}",
+    "length and chunked": (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\n"
+    ),
+    "control character": b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Evil: a\x01b\r\n\r\n",
+    "bad request line": b"GET /v1/models HTTP/9.Z\r\nHost: x\r\n\r\n",
+    "bad chunk": b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+}
+
+
+@pytest.mark.parametrize("raw", GARBAGE.values(), ids=GARBAGE.keys())
+def test_protocol_garbage_gets_a_json_400(gw: Gateway, raw: bytes) -> None:
+    sock = connect(gw.port)
+    sock.sendall(raw)
+    error = json_error(read_all(sock), 400)
+    assert error["type"] == "invalid_request_error"
+    sock.close()
+
+
+def test_past_the_connection_limit_a_json_503_then_recovery(tmp_path: Path) -> None:
+    limited = start_gateway(
+        [ScriptedProvider([{"message": "ok"}], name="m")], http={"max_connections": 3, "head_timeout": 30}
+    )
+    try:
+        idle = [connect(limited.port) for _ in range(3)]
+        time.sleep(0.2)
+        got = httpx.post(limited.url("/v1/responses"), json={"model": "m", "input": "hi"}, timeout=10)
+        assert got.status_code == 503, got.text
+        assert got.headers["retry-after"] == "1"
+        assert got.json()["error"]["code"] == "server_is_overloaded"
+        for sock in idle:
+            sock.close()
+        time.sleep(0.2)
+        normal_request(limited)
+    finally:
+        limited.stop()
+
+
+def test_a_client_leaving_mid_stream_leaves_a_terminal_stored_response(gw: Gateway) -> None:
+    sock = connect(gw.port)
+    body = json.dumps({"model": "slow", "input": "hi", "stream": True}).encode()
+    sock.sendall(
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    sock.settimeout(10)
+    data = b""
+    while b"response.output_text.delta" not in data:
+        data += sock.recv(65536)
+    response_id = data.split(b'"id":"', 1)[1].split(b'"', 1)[0].decode()
+    sock.close()
+    deadline = time.monotonic() + 10
+    while True:
+        status = httpx.get(gw.url(f"/v1/responses/{response_id}"), timeout=10).json()["status"]
+        if status != "in_progress" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status in ("failed", "cancelled", "incomplete"), status
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_serve_under_a_half_open_flood(tmp_path: Path) -> None:
+    """The real ``serve``: 500 half-open connections are all closed after --head-timeout, its memory
+    stays bounded, a normal request is served meanwhile, and garbage gets the JSON 400."""
+    script = tmp_path / "m.json"
+    script.write_text(json.dumps({"model": "m", "turns": [{"steps": [{"message": "ok"}]}]}))
+    served = serve(tmp_path, "--no-local", "--script", str(script), "--head-timeout", "1")
+    try:
+        before = rss_kb(served.proc.pid)
+        socks = [connect(served.port) for _ in range(500)]
+        for sock in socks:
+            sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 4000)
+        got = httpx.post(f"{served.base_url}/responses", json={"model": "m", "input": "hi"}, timeout=10)
+        assert got.status_code == 200, got.text
+        during = rss_kb(served.proc.pid)
+        assert all(json_error(read_all(s), 408) for s in socks)
+        for sock in socks:
+            sock.close()
+        assert during - before < 64 * 1024, (before, during)  # KB: well under 64 MB for 500 connections
+        garbage = connect(served.port)
+        garbage.sendall(GARBAGE["length and chunked"])
+        json_error(read_all(garbage), 400)
+        garbage.close()
+    finally:
+        served.proc.terminate()
+        served.proc.wait(10)
