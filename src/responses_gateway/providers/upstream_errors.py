@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import math
 import re
 import time
@@ -55,9 +56,12 @@ import orjson
 from .base import ProviderError
 from .http1 import UpstreamProtocolError
 
+log = logging.getLogger("responses_gateway.upstream")
+
 __all__ = [
     "from_error_payload",
     "from_http",
+    "malformed_event",
     "parse_retry_after",
     "redact_url",
     "retry_hint",
@@ -336,3 +340,15 @@ def transport_error(exc: BaseException, url: str, timeout: float | None, *, read
     else:
         reason = f"could not be reached ({type(exc).__name__})"
     return ProviderError(scrub(f"Upstream {where} {reason}."), status=502, code="server_error")
+
+
+def malformed_event(exc: Exception) -> ProviderError:
+    """The ProviderError for an upstream event a translator could not make sense of (a field of the
+    wrong type, a block that was never opened...): the stream fails cleanly (502) instead of the
+    exception escaping. The event itself is not quoted (it may be large, or carry anything)."""
+    log.warning("malformed upstream event: %s: %s", type(exc).__name__, exc)
+    return ProviderError(
+        f"The upstream sent an event the gateway could not read ({type(exc).__name__}).",
+        status=502,
+        code="server_error",
+    )
