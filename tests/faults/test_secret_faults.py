@@ -9,17 +9,17 @@ stored events (a resumed stream) and the log lines must not contain it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from gateways import stored, upstream  # noqa: F401 - fixtures, see pyproject
 from soundness import assert_no_secret, assert_sound_stream, terminal_status
-from wire import BACKENDS, error_body, provider
+from wire import BACKENDS, anthropic_start, error_body, provider
 
-from conftest import Gateway, decode_sse, start_gateway
+from conftest import Gateway, decode_sse
 from responses_gateway.providers.base import Provider
 from upstream_mock import UpstreamMock, encode_chunks, error_reply, json_reply, stream_reply
 
@@ -43,19 +43,7 @@ def _midstream(name: str) -> bytes:
     if name == "anthropic":
         return encode_chunks(
             [
-                {
-                    "type": "message_start",
-                    "message": {
-                        "id": "msg_1",
-                        "type": "message",
-                        "role": "assistant",
-                        "model": "claude-x",
-                        "content": [],
-                        "stop_reason": None,
-                        "usage": {"input_tokens": 3, "output_tokens": 0},
-                    },
-                },
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                *anthropic_start(),
                 {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
                 {"type": "error", "error": {"type": "api_error", "message": _echo()}},
             ],
@@ -99,28 +87,6 @@ def _midstream(name: str) -> bytes:
         ],
         "openai-responses",
     )
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[UpstreamMock]:
-    with UpstreamMock() as mock:
-        yield mock
-
-
-@pytest.fixture
-def stored(tmp_path: Path) -> Iterator[Callable[[Provider], Gateway]]:
-    started: list[Gateway] = []
-
-    def factory(provider: Provider) -> Gateway:
-        gw = start_gateway(
-            [provider], store_url=f"sqlite:///{tmp_path / 'store.db'}", data_dir=str(tmp_path / "data")
-        )
-        started.append(gw)
-        return gw
-
-    yield factory
-    for gw in started:
-        gw.stop()
 
 
 def _stored_outputs(gw: Gateway, response_id: str) -> list[bytes]:

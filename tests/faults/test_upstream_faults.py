@@ -9,47 +9,22 @@ back the status the stream ended with.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from gateways import stored, upstream  # noqa: F401 - fixtures, see pyproject
 from soundness import assert_sound_stream, terminal_status
 from wire import BACKENDS, answer, error_body, provider
 
-from conftest import Gateway, decode_sse, start_gateway
+from conftest import Gateway, decode_sse
 from responses_gateway.providers.base import Provider
 from upstream_mock import UpstreamMock, error_reply, stream_reply
 
 JSON = dict[str, Any]
 PIECES = ["Héllo ", "wörld — ", "✓ 日本語 ", "🙂 done."]
 TEXT = "".join(PIECES)
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[UpstreamMock]:
-    with UpstreamMock() as mock:
-        yield mock
-
-
-@pytest.fixture
-def stored(tmp_path: Path) -> Iterator[Callable[[Provider], Gateway]]:
-    started: list[Gateway] = []
-
-    def factory(backend: Provider) -> Gateway:
-        gw = start_gateway(
-            [backend],
-            store_url=f"sqlite:///{tmp_path / 'store.db'}",
-            data_dir=str(tmp_path / "data"),
-            keepalive_interval=0.2,
-        )
-        started.append(gw)
-        return gw
-
-    yield factory
-    for gw in started:
-        gw.stop()
 
 
 def request(gw: Gateway) -> JSON:

@@ -39,7 +39,7 @@ def provider(
     return factories[name]()
 
 
-def _anthropic_start() -> list[JSON]:
+def anthropic_start() -> list[JSON]:
     message = {
         "id": "msg_1",
         "type": "message",
@@ -49,6 +49,7 @@ def _anthropic_start() -> list[JSON]:
         "stop_reason": None,
         "usage": {"input_tokens": 3, "output_tokens": 0},
     }
+    """An Anthropic stream's opening: message_start and an empty text block at index 0."""
     return [
         {"type": "message_start", "message": message},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
@@ -85,7 +86,7 @@ def answer(name: str, pieces: list[str]) -> bytes:
             {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}},
             {"type": "message_stop"},
         ]
-        return encode_chunks([*_anthropic_start(), *deltas, *end], "anthropic")
+        return encode_chunks([*anthropic_start(), *deltas, *end], "anthropic")
     if name == "openai-chat":
         chunks: list[JSON] = [
             {
