@@ -178,7 +178,7 @@ models:
         finally:
             _stop(served)
         log = served.log()
-        assert "Uvicorn running" in log  # the log was captured
+        assert "responses_gateway.server: serving claude" in log  # the log was captured
         for key in (ANTHROPIC_KEY, CHAT_KEY):
             assert key not in log, "an upstream key reached the server log"
             assert key[10:30] not in log

@@ -244,9 +244,27 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
         ),
     ),
     (
+        {"model": "m"},
+        400,
+        _err(
+            "Nothing to respond to: send 'input', or continue with 'previous_response_id' or 'conversation'.",
+            "input",
+            "missing_required_parameter",
+        ),
+    ),
+    (
+        {"model": "m", "input": [], "instructions": "Say hi."},
+        400,
+        _err(
+            "Nothing to respond to: send 'input', or continue with 'previous_response_id' or 'conversation'.",
+            "input",
+            "missing_required_parameter",
+        ),
+    ),
+    (
         {"model": "nope", "input": "hi"},
         404,
-        _err("The model 'nope' does not exist.", "model", "model_not_found"),
+        _err("The model 'nope' does not exist. This gateway serves: m, plain.", "model", "model_not_found"),
     ),
     (
         [1, 2],

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from . import __version__
 from .protocol.checker import PROFILES, StreamChecker, Violation, check_response
 from .protocol.sse import EventStreamDecoder, SSEPayloadError
 
@@ -268,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="responses-gateway", description="An OpenAI Responses API server in front of any model."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve_parser = sub.add_parser("serve", help="run the gateway server")

@@ -35,7 +35,7 @@ from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import InputStream
 from .transport import Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, malformed_event, redact_url
+from .upstream_errors import from_error_payload, from_http, redact_url, translate
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -1175,12 +1175,7 @@ def _dispatch(turn: _Turn, data: str) -> None:
     except orjson.JSONDecodeError:
         return
     if isinstance(payload, dict):
-        try:
-            turn.on_event(payload)
-        except ProviderError:
-            raise
-        except Exception as exc:
-            raise malformed_event(exc) from None
+        translate(turn.on_event, payload)
 
 
 def _continue_body(body: JSON, content: list[JSON]) -> JSON:

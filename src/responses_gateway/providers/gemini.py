@@ -47,7 +47,7 @@ from .custom_tools import (
     custom_tool_names,
 )
 from .transport import Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, malformed_event, redact_url
+from .upstream_errors import from_error_payload, from_http, redact_url, translate
 
 __all__ = [
     "EFFORT_BUDGETS",
@@ -856,9 +856,4 @@ def _dispatch(turn: GeminiTranslator, data: str) -> None:
     if isinstance(payload, list):
         payload = payload[0] if payload and isinstance(payload[0], dict) else {}
     if isinstance(payload, dict):
-        try:
-            turn.on_chunk(payload)
-        except ProviderError:
-            raise
-        except Exception as exc:
-            raise malformed_event(exc) from None
+        translate(turn.on_chunk, payload)

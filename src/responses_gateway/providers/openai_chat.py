@@ -43,7 +43,7 @@ from .custom_tools import (
     custom_tool_names,
 )
 from .transport import StopPumping, Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, malformed_event, redact_url
+from .upstream_errors import from_error_payload, from_http, redact_url, translate
 
 __all__ = [
     "ChatDialect",
@@ -1026,9 +1026,4 @@ def _dispatch(turn: ChatTranslator, event: str, data: str) -> None:
         # Groq: ``event: error`` with ``{"error": {...}}`` after HTTP 200.
         turn.error = from_error_payload(payload if "error" in payload else {"error": payload})
         return
-    try:
-        turn.on_chunk(payload)
-    except (ProviderError, StopPumping):
-        raise
-    except Exception as exc:
-        raise malformed_event(exc) from None
+    translate(turn.on_chunk, payload)

@@ -25,7 +25,7 @@ from ..protocol.request import JSON, TOOL_TYPES, ResponseRequest
 from ..redaction import credentials
 from .base import Capabilities, Provider, ProviderError
 from .transport import StopPumping, Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, malformed_event, redact_url
+from .upstream_errors import from_error_payload, from_http, redact_url, translate
 
 __all__ = ["GATEWAY_FIELDS", "OpenAIResponsesProvider", "ResponsesRelay", "build_responses_body"]
 
@@ -674,12 +674,8 @@ def _dispatch(relay: ResponsesRelay, data: str) -> None:
     if not isinstance(payload, dict):
         return
     try:
-        relay.on_event(payload)
+        translate(relay.on_event, payload, let_through=(BuilderError,))
     except BuilderError as exc:
         # An upstream event that contradicts the stream so far (e.g. a delta for a finished part) is
         # dropped: the client keeps a valid stream, the upstream's fault is logged.
         log.warning("dropping upstream %s: %s", payload.get("type"), exc)
-    except (ProviderError, StopPumping):
-        raise
-    except Exception as exc:
-        raise malformed_event(exc) from None

@@ -47,7 +47,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -66,6 +66,7 @@ __all__ = [
     "redact_url",
     "retry_hint",
     "scrub",
+    "translate",
     "transport_error",
     "with_retry_hint",
 ]
@@ -352,3 +353,19 @@ def malformed_event(exc: Exception) -> ProviderError:
         status=502,
         code="server_error",
     )
+
+
+def translate(
+    step: Callable[[Any], None], payload: Any, *, let_through: tuple[type[Exception], ...] = ()
+) -> None:
+    """``step(payload)`` (a translator taking one upstream payload); any exception but a
+    ProviderError (or one of ``let_through``, which the caller handles) becomes
+    :func:`malformed_event`. A try block costs nothing until it raises."""
+    try:
+        step(payload)
+    except ProviderError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, let_through):
+            raise
+        raise malformed_event(exc) from None

@@ -222,7 +222,7 @@ class GatewayApp:
         name = scope["path"][len(_MODELS_PREFIX) :]
         model = self.registry.model(name)
         if model is None:
-            raise _model_not_found(name)
+            raise _model_not_found(name, self.registry.names())
         await send_json(send, 200, orjson.dumps(model))
 
     async def _provider(self, model: str) -> Provider:
@@ -237,7 +237,7 @@ class GatewayApp:
                 code="model_unavailable",
             ) from None
         if provider is None:
-            raise _model_not_found(model)
+            raise _model_not_found(model, self.registry.names())
         return provider
 
 
@@ -245,5 +245,10 @@ def _too_large(limit: int) -> HTTPError:
     return HTTPError(413, f"Request body too large: the limit is {limit} bytes.", code="request_too_large")
 
 
-def _model_not_found(model: str) -> HTTPError:
-    return HTTPError(404, f"The model '{model}' does not exist.", param="model", code="model_not_found")
+def _model_not_found(model: str, served: list[str]) -> HTTPError:
+    """404 for an unknown model, naming what is served (the first ones, for a long list)."""
+    shown = ", ".join(served[:20]) + (f" and {len(served) - 20} more" if len(served) > 20 else "")
+    available = f" This gateway serves: {shown}." if served else " This gateway serves no models."
+    return HTTPError(
+        404, f"The model '{model[:200]}' does not exist.{available}", param="model", code="model_not_found"
+    )

@@ -274,6 +274,16 @@ class ResponsesAPI:
         owner = app.owner_for(scope)
         store = app.store
         conversation_id = _conversation_id(request)
+        if not request.input and request.previous_response_id is None and conversation_id is None:
+            # Nothing to answer: an empty conversation sent upstream makes a model ramble until its
+            # output limit (or its context) runs out.
+            raise HTTPError(
+                400,
+                "Nothing to respond to: send 'input', or continue with 'previous_response_id' or "
+                "'conversation'.",
+                param="input",
+                code="missing_required_parameter",
+            )
         self._check_state(request, store, conversation_id)
         self._unseal_input(request, owner)
         provider = await app._provider(request.model)

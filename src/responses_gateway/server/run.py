@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import logging
 import os
@@ -250,6 +251,15 @@ def serve(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        listener = bind(args.host, args.port)
+    except OSError as exc:
+        # Before anything is loaded or announced: a second gateway on the same port says so and stops.
+        reason = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror})"
+        sys.stderr.write(
+            f"responses-gateway serve: {args.host}:{args.port} {reason}; choose another with --port\n"
+        )
+        return 2
+    try:
         protocol = GatewayHttpProtocol.configured(
             head_timeout=args.head_timeout,
             body_timeout=args.body_timeout,
@@ -257,10 +267,12 @@ def serve(args: argparse.Namespace) -> int:
         )
         app = build_app(args)
     except (ScriptError, OSError, ValueError) as exc:
+        listener.close()
         sys.stderr.write(f"responses-gateway serve: {exc}\n")
         return 2
     names = app.registry.names()
     if not names:
+        listener.close()
         sys.stderr.write("responses-gateway serve: no models to serve (no --config, --script, local model)\n")
         return 2
     log.info(
@@ -290,8 +302,16 @@ def serve(args: argparse.Namespace) -> int:
     )
     server = GatewayServer(config, args.shutdown_timeout)
     raise_open_files_limit()  # one socket per stream each side; the upstream pool is unlimited
-    server.run()
+    server.run(sockets=[listener])
     return 0 if server.started else 1
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket ``serve`` hands to uvicorn, bound before anything is announced."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 
