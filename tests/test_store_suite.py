@@ -507,13 +507,14 @@ def test_live_instance_is_not_recovered_but_expired_lease_is(store_url: str) -> 
 
 
 def test_migrations_are_idempotent_and_versioned(store_url: str) -> None:
-    from responses_gateway.store.schema import SCHEMA_VERSION, migrate
+    from responses_gateway.store.schema import MIGRATIONS, SCHEMA_VERSION, migrate
 
     async def main() -> None:
         async with opened(store_url) as store:
             assert await migrate(store.db) == SCHEMA_VERSION
             async with store.db.transaction() as tx:
-                assert await tx.fetch("SELECT version FROM rg_schema") == [(1,)]
+                versions = await tx.fetch("SELECT version FROM rg_schema ORDER BY version")
+                assert versions == [(version,) for version, _ in MIGRATIONS]
 
     run(main())
 

@@ -107,7 +107,11 @@ class GatewayApp:
                 try:
                     _ = self.sealer
                     if self.config.store_url is not None:
-                        self.store = await open_store(self.config.store_url, redis_url=self.config.redis_url)
+                        self.store = await open_store(
+                            self.config.store_url,
+                            redis_url=self.config.redis_url,
+                            retention=self.config.store_retention,
+                        )
                     if self._preload:
                         await self.registry.preload()
                 except Exception as exc:

@@ -41,6 +41,8 @@ class ServerConfig:
     # Hosted tool types (e.g. ``web_search``) left out of a request when its back end cannot run them
     # and ``tool_choice`` does not ask for them, instead of refusing the request (the default).
     drop_unsupported_tools: tuple[str, ...] = ()
+    # Finished stored responses older than this many seconds are deleted (None: kept for ever).
+    store_retention: float | None = None
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
@@ -57,3 +59,5 @@ class ServerConfig:
             raise ValueError("keepalive_interval must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
+        if self.store_retention is not None and self.store_retention <= 0:
+            raise ValueError("store_retention must be positive")

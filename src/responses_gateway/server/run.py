@@ -107,6 +107,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         f"postgresql://user@host/db, or 'none' (also {STORE_ENV}; default sqlite:///<data-dir>/gateway.db)",
     )
     parser.add_argument(
+        "--store-retention",
+        type=float,
+        default=None,
+        metavar="DAYS",
+        help="delete finished stored responses (their items and events) this many days after they were "
+        "created, checked every minute (default: keep them; OpenAI keeps 30 days)",
+    )
+    parser.add_argument(
         "--redis",
         default=None,
         metavar="URL",
@@ -230,6 +238,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         max_body_bytes=args.max_body_bytes,
         store_url=store_url,
         redis_url=redis_url,
+        store_retention=None if args.store_retention is None else args.store_retention * 86400,
         data_dir=data_dir,
         raw_reasoning=args.raw_reasoning_events,
         drop_unsupported_tools=tuple(dict.fromkeys(args.drop_unsupported_tool)),

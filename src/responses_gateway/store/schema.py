@@ -75,6 +75,8 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX rg_conversation_items_by_id ON rg_conversation_items (conversation_id, id)",
         ],
     ),
+    # Retention (serve --store-retention) deletes the oldest finished responses.
+    (2, ["CREATE INDEX rg_responses_created ON rg_responses (created_at)"]),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

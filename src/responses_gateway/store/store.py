@@ -147,8 +147,16 @@ class Store:
         flush_interval: float = 0.05,
         flush_events: int = 256,
         poll_interval: float = 0.5,
+        retention: float | None = None,
+        expiry_interval: float = 60.0,
     ) -> None:
+        if retention is not None and retention <= 0:
+            raise ValueError("retention must be positive (None keeps responses for ever)")
         self.db = db
+        # Finished responses older than this many seconds are deleted (None: kept for ever).
+        self.retention = retention
+        self.expiry_interval = expiry_interval
+        self._next_expiry = 0.0
         self.live = live or LocalLiveLog()
         self.instance_id = instance_id or new_id("inst")
         self.lease_seconds = lease_seconds
@@ -213,8 +221,43 @@ class Store:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 await self.heartbeat()
+                if self.retention is not None and time.monotonic() >= self._next_expiry:
+                    self._next_expiry = time.monotonic() + self.expiry_interval
+                    await self.expire()
             except Exception:  # a database hiccup must not end the loop; the next beat retries
                 continue
+
+    async def expire(self, *, now: float | None = None, batch: int = 500) -> int:
+        """Delete finished responses created more than ``retention`` seconds ago, with their items and
+        events, a batch per transaction; the number deleted. Running ones are never touched, and
+        conversations keep their own copies of their items. A later ``previous_response_id`` naming
+        an expired response gets the same 404 as an unknown one, as OpenAI's expiry does."""
+        if self.retention is None:
+            return 0
+        cutoff = int((time.time() if now is None else now) - self.retention)
+        deleted = 0
+        while True:
+            async with self.db.transaction() as tx:
+                rows = await tx.fetch(
+                    "SELECT id FROM rg_responses WHERE created_at < ?"
+                    " AND status NOT IN ('queued', 'in_progress') ORDER BY created_at LIMIT ?",
+                    cutoff,
+                    batch,
+                )
+                ids = [str(rid) for (rid,) in rows]
+                if not ids:
+                    return deleted
+                marks = ", ".join("?" * len(ids))
+                for table, column in (
+                    ("rg_events", "response_id"),
+                    ("rg_items", "response_id"),
+                    ("rg_responses", "id"),
+                ):
+                    await tx.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", *ids)
+            deleted += len(ids)
+            log.info("expired %d stored responses older than the retention period", len(ids))
+            if len(ids) < batch:
+                return deleted
 
     async def heartbeat(self) -> None:
         """Renew this instance's lease, pick up cancel requests, fail dead instances' responses."""
