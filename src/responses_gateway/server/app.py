@@ -111,6 +111,7 @@ class GatewayApp:
                             self.config.store_url,
                             redis_url=self.config.redis_url,
                             retention=self.config.store_retention,
+                            max_response_bytes=self.config.store_max_response_bytes,
                         )
                     if self._preload:
                         await self.registry.preload()

@@ -43,6 +43,9 @@ class ServerConfig:
     drop_unsupported_tools: tuple[str, ...] = ()
     # Finished stored responses older than this many seconds are deleted (None: kept for ever).
     store_retention: float | None = None
+    # The most one response may take in the store's event log; past it the rest is not stored and
+    # the stored response reads failed, saying so (None: no limit).
+    store_max_response_bytes: int | None = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
@@ -61,3 +64,5 @@ class ServerConfig:
             raise ValueError("max_body_bytes must be positive")
         if self.store_retention is not None and self.store_retention <= 0:
             raise ValueError("store_retention must be positive")
+        if self.store_max_response_bytes is not None and self.store_max_response_bytes <= 0:
+            raise ValueError("store_max_response_bytes must be positive")

@@ -115,6 +115,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "created, checked every minute (default: keep them; OpenAI keeps 30 days)",
     )
     parser.add_argument(
+        "--store-max-response-bytes",
+        type=int,
+        default=256 * 1024 * 1024,
+        metavar="N",
+        help="the most one response may take in the store; past it the client still gets it whole, but "
+        "the rest is not stored and the stored response reads failed, saying why (default 268435456)",
+    )
+    parser.add_argument(
         "--redis",
         default=None,
         metavar="URL",
@@ -239,6 +247,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         store_url=store_url,
         redis_url=redis_url,
         store_retention=None if args.store_retention is None else args.store_retention * 86400,
+        store_max_response_bytes=args.store_max_response_bytes,
         data_dir=data_dir,
         raw_reasoning=args.raw_reasoning_events,
         drop_unsupported_tools=tuple(dict.fromkeys(args.drop_unsupported_tool)),

@@ -23,7 +23,9 @@ from typing import Any
 
 import orjson
 
+from ..protocol.builder import error_event
 from ..protocol.response import ID_PREFIXES, new_id
+from .compaction import MARK, compact, expand, has_refs
 from .db import Database, Tx
 from .errors import (
     ConversationNotFound,
@@ -134,6 +136,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# The most one stored response may take in the event log (serve --store-max-response-bytes).
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
 class Store:
     """The gateway's persistence; build one with :func:`responses_gateway.store.open_store`."""
 
@@ -149,6 +155,7 @@ class Store:
         poll_interval: float = 0.5,
         retention: float | None = None,
         expiry_interval: float = 60.0,
+        max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if retention is not None and retention <= 0:
             raise ValueError("retention must be positive (None keeps responses for ever)")
@@ -157,6 +164,15 @@ class Store:
         self.retention = retention
         self.expiry_interval = expiry_interval
         self._next_expiry = 0.0
+        if max_response_bytes is not None and max_response_bytes <= 0:
+            raise ValueError("max_response_bytes must be positive (None: no limit)")
+        # The most one response may take in the event log (see _within_limit); what running ones
+        # have taken, and those past it (the last sequence number stored).
+        self.max_response_bytes = max_response_bytes
+        self._sizes: dict[str, int] = {}
+        self._over: dict[str, int] = {}
+        # Ends of responses the database refused (it was down): written by the heartbeat once it is back.
+        self._unwritten_ends: dict[str, tuple[list[JSON], JSON | None]] = {}
         self.live = live or LocalLiveLog()
         self.instance_id = instance_id or new_id("inst")
         self.lease_seconds = lease_seconds
@@ -213,6 +229,11 @@ class Store:
             async with self.db.transaction() as tx:
                 # Expiring the lease (rather than deleting the row) lets the next sweep fail what we ran.
                 await tx.execute("UPDATE rg_instances SET heartbeat_at = 0 WHERE id = ?", self.instance_id)
+        with contextlib.suppress(Exception):
+            await self.retry_ends()
+        if self._background:
+            # Compactions and discards in flight finish (each is one short transaction).
+            await asyncio.wait(set(self._background), timeout=10)
         await self.live.close()
         await self.db.close()
 
@@ -221,11 +242,27 @@ class Store:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 await self.heartbeat()
+                await self.retry_ends()
                 if self.retention is not None and time.monotonic() >= self._next_expiry:
                     self._next_expiry = time.monotonic() + self.expiry_interval
                     await self.expire()
             except Exception:  # a database hiccup must not end the loop; the next beat retries
                 continue
+
+    def retry_end_later(self, response_id: str, events: list[JSON], final: JSON | None) -> None:
+        """Keep the end of a response the database would not take (see :meth:`retry_ends`)."""
+        self._unwritten_ends[response_id] = (events, final)
+
+    async def retry_ends(self) -> int:
+        """Write the ends the database refused earlier (called by the heartbeat and at close); the
+        number written. Until then such a response reads ``in_progress``; never for good."""
+        written = 0
+        for response_id, (events, final) in list(self._unwritten_ends.items()):
+            await self._write_events(response_id, events, final)
+            del self._unwritten_ends[response_id]
+            self.compact_soon(response_id)
+            written += 1
+        return written
 
     async def expire(self, *, now: float | None = None, batch: int = 500) -> int:
         """Delete finished responses created more than ``retention`` seconds ago, with their items and
@@ -506,9 +543,9 @@ class Store:
             row = await tx.fetchone(
                 "SELECT response FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner
             )
-        if row is None:
-            raise ResponseNotFound(response_id)
-        response: JSON = orjson.loads(row[0])
+            if row is None:
+                raise ResponseNotFound(response_id)
+            response = await _whole_response(tx, response_id, row[0])
         include = tuple(include)
         response["output"] = [apply_include(item, include) for item in response.get("output") or []]
         return response
@@ -757,6 +794,17 @@ class Store:
 
     async def _write_batches(self, batches: list[tuple[str, list[JSON]]]) -> None:
         """Append the events of several running responses (and their in-progress snapshots) at once."""
+        sizes: dict[str, int] = {}
+        if self.max_response_bytes is not None:
+            limited = []
+            for rid, events in batches:
+                kept, _, sizes[rid] = self._within_limit(rid, events, None)
+                limited.append((rid, kept))
+            batches = limited
+        await self._write_batches_within_limit(batches)
+        self._sizes.update(sizes)
+
+    async def _write_batches_within_limit(self, batches: list[tuple[str, list[JSON]]]) -> None:
         if self.db.dialect == "sqlite":
             snapshots = [_snapshot_of(events) for _, events in batches]
             if not any(snap is not None and snap.get("status") in TERMINAL for snap in snapshots):
@@ -833,6 +881,71 @@ class Store:
     async def _write_events(self, response_id: str, events: list[JSON], final: JSON | None) -> bool:
         """Append events and apply the latest lifecycle snapshot among them, in one transaction."""
         snapshot = final if final is not None else _snapshot_of(events)
+        size = None
+        if self.max_response_bytes is not None:
+            events, snapshot, size = self._within_limit(response_id, events, snapshot)
+            if response_id in self._over and snapshot is not None and snapshot.get("status") in TERMINAL:
+                events, snapshot = await self._end_over_limit(response_id, events, snapshot)
+        written = await self._write_events_within_limit(response_id, events, snapshot)
+        if size is not None:
+            if snapshot is not None and snapshot.get("status") in TERMINAL:
+                self._sizes.pop(response_id, None)
+                self._over.pop(response_id, None)
+            else:
+                self._sizes[response_id] = size
+        return written
+
+    def _within_limit(
+        self, response_id: str, events: list[JSON], snapshot: JSON | None
+    ) -> tuple[list[JSON], JSON | None, int]:
+        """The events to store for ``response_id`` within ``max_response_bytes``, and its size after
+        them (recorded by the caller once written, so a retried write is not counted twice). Past the
+        limit nothing more of the response is stored; the client's stream is not affected (see
+        :meth:`_end_over_limit` for its end)."""
+        limit = self.max_response_bytes
+        size = self._sizes.get(response_id, 0)
+        if limit is None:
+            return events, snapshot, size
+        if response_id in self._over:
+            return [], snapshot, size
+        for i, event in enumerate(events):
+            size += len(_dumps(event))
+            if size > limit:
+                self._over[response_id] = int(event["sequence_number"]) - 1
+                return events[:i], snapshot, size
+        return events, snapshot, size
+
+    async def _end_over_limit(
+        self, response_id: str, kept: list[JSON], snapshot: JSON
+    ) -> tuple[list[JSON], JSON]:
+        """The stored end of a response that outgrew the store: what is stored is closed properly
+        (open items end ``incomplete``, as after a crash) and followed by an ``error`` and
+        ``response.failed`` saying it was not stored in full; the stored Response says the same."""
+        last = self._over[response_id]
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT event FROM rg_events WHERE response_id = ? ORDER BY seq", response_id
+            )
+        stored = [orjson.loads(text) for (text,) in rows] + kept
+        closing, output = close_open_items(stored, last + 1)
+        message = (
+            f"The response was larger than the store's limit ({self.max_response_bytes} bytes): the client "
+            "received it whole, but it was not stored in full."
+        )
+        failed = {**snapshot, "status": "failed", "output": output}
+        failed["error"] = {"code": "server_error", "message": message}
+        failed.pop("incomplete_details", None)
+        seq = last + 1 + len(closing)
+        tail = [
+            *closing,
+            {**error_event("server_error", message), "sequence_number": seq},
+            {"type": "response.failed", "sequence_number": seq + 1, "response": failed},
+        ]
+        return [*kept, *tail], failed
+
+    async def _write_events_within_limit(
+        self, response_id: str, events: list[JSON], snapshot: JSON | None
+    ) -> bool:
         async with self.db.transaction() as tx:
             if (
                 self.db.dialect == "sqlite"
@@ -1002,7 +1115,61 @@ class Store:
                 response_id,
                 after,
             )
-        return str(row[0]), [orjson.loads(text) for (text,) in rows]
+            events = [orjson.loads(text) for (text,) in rows]
+            if any(has_refs(event) for event in events):
+                # A compacted response: its events point into the final Response.
+                stored = await tx.fetchone("SELECT response FROM rg_responses WHERE id = ?", response_id)
+                assert stored is not None
+                whole = await _whole_response(tx, response_id, stored[0])
+                events = [expand(event, whole) if has_refs(event) else event for event in events]
+        return str(row[0]), events
+
+    async def compact_response(self, response_id: str) -> bool:
+        """Store a finished response's text once (store/compaction.py): its events refer into the
+        final Response, whose output lives in its output items only. False if there was nothing to do
+        (still running, gone, or done already)."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status, response FROM rg_responses WHERE id = ?" + self.db.for_update, response_id
+            )
+            if row is None or row[0] not in TERMINAL:
+                return False
+            response: JSON = orjson.loads(row[1])
+            if not isinstance(response.get("output"), list):
+                return False
+            items = await tx.fetch(
+                "SELECT item FROM rg_items WHERE response_id = ? AND kind = 1 ORDER BY position", response_id
+            )
+            rows = await tx.fetch(
+                "SELECT seq, event FROM rg_events WHERE response_id = ? ORDER BY seq", response_id
+            )
+            events = [orjson.loads(text) for _, text in rows]
+            changed = compact(events, response)
+            if changed:
+                await tx.writemany(
+                    "UPDATE rg_events SET event = ? WHERE response_id = ? AND seq = ?",
+                    [(_dumps(event), response_id, rows[i][0]) for i, event in changed.items()],
+                )
+            if response["output"] and [orjson.loads(text) for (text,) in items] == response["output"]:
+                await tx.write(
+                    "UPDATE rg_responses SET response = ? WHERE id = ?",
+                    _dumps({**response, "output": OUTPUT_IN_ITEMS}),
+                    response_id,
+                )
+        return True
+
+    def compact_soon(self, response_id: str) -> None:
+        """:meth:`compact_response` in the background (a failure leaves the response whole)."""
+
+        async def run() -> None:
+            try:
+                await self.compact_response(response_id)
+            except Exception:
+                log.warning("compacting stored response %s failed", response_id, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------------------------ conversations
     async def _conversation_row(self, tx: Tx, owner: str, conversation_id: str) -> tuple[Any, ...]:
@@ -1153,6 +1320,21 @@ class Store:
 _Create = tuple[tuple[Any, ...], list[tuple[Any, ...]], "asyncio.Future[None]"]
 
 
+# A compacted response's ``output`` in rg_responses: the output items (rg_items, kind 1) hold it.
+OUTPUT_IN_ITEMS = {MARK: "items"}
+
+
+async def _whole_response(tx: Tx, response_id: str, text: str) -> JSON:
+    """The stored Response, its output read back from the output items if it was compacted."""
+    response: JSON = orjson.loads(text)
+    if response.get("output") == OUTPUT_IN_ITEMS:
+        rows = await tx.fetch(
+            "SELECT item FROM rg_items WHERE response_id = ? AND kind = 1 ORDER BY position", response_id
+        )
+        response["output"] = [orjson.loads(item) for (item,) in rows]
+    return response
+
+
 def _settle_create(done: asyncio.Future[None], exc: BaseException) -> None:
     if not done.done():
         done.set_exception(exc)
@@ -1292,16 +1474,25 @@ class EventRecorder:
                 events, self._pending = self._pending, []
                 # The end is one transaction, so a failed attempt left nothing and is simply retried:
                 # a database hiccup must not leave the response "in_progress" for good.
+                written = False
                 for delay in (0.1, 0.5, 2.0, None):
                     try:
                         await self.store._write_events(self.response_id, events, final)
+                        written = True
                         break
                     except Exception:
                         if delay is None:
-                            log.exception("writing the end of response %s failed", self.response_id)
-                            raise
+                            # The database is down for longer: the client still gets its end, and the
+                            # heartbeat writes this one as soon as the database answers again.
+                            log.exception(
+                                "writing the end of response %s failed; will retry", self.response_id
+                            )
+                            self.store.retry_end_later(self.response_id, events, final)
+                            break
                         await asyncio.sleep(delay)
             self._done = True
+            if written:
+                self.store.compact_soon(self.response_id)
         finally:
             self.store._dirty.pop(self, None)
             try:
