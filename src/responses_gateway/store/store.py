@@ -1335,6 +1335,16 @@ async def _whole_response(tx: Tx, response_id: str, text: str) -> JSON:
     return response
 
 
+# Below this much output (as JSON) a response is left whole: its copies cost little, and compacting
+# (reading its events back, rewriting them) would cost every short response more than it saves.
+COMPACT_FROM_BYTES = 32 * 1024
+
+
+def _worth_compacting(snapshot: JSON | None) -> bool:
+    output = snapshot.get("output") if snapshot is not None else None
+    return bool(output) and len(_dumps(output)) >= COMPACT_FROM_BYTES
+
+
 def _settle_create(done: asyncio.Future[None], exc: BaseException) -> None:
     if not done.done():
         done.set_exception(exc)
@@ -1491,7 +1501,7 @@ class EventRecorder:
                             break
                         await asyncio.sleep(delay)
             self._done = True
-            if written:
+            if written and _worth_compacting(final if final is not None else _snapshot_of(events)):
                 self.store.compact_soon(self.response_id)
         finally:
             self.store._dirty.pop(self, None)
