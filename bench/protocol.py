@@ -62,7 +62,7 @@ def delta_payloads() -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    fixture_dir = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+    fixture_dir = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "recordings"
     wire = (fixture_dir / FIXTURE).read_bytes()
     decoder = EventStreamDecoder()
     events = decoder.feed(wire) + decoder.flush()

@@ -1,7 +1,8 @@
-"""Locate and load the recorded upstream streams in the shared fixtures directory.
+"""Locate and load the recorded upstream streams the tests replay.
 
-The recordings live outside the repository (``<repo>/../shared/fixtures``) so they are shared by every
-checkout; ``RG_FIXTURES_DIR`` points elsewhere. File formats are described in its MANIFEST.md:
+The recordings live in the repository (``tests/fixtures/recordings``, with their provenance and
+licences in its MANIFEST.md), so a clone from anywhere runs the suite; ``RG_FIXTURES_DIR`` points
+elsewhere. File formats are described in MANIFEST.md:
 ``.sse`` raw SSE bodies, ``.chunks.jsonl`` one SSE data payload per line, ``.json`` one body.
 """
 
@@ -15,6 +16,7 @@ import orjson
 
 __all__ = [
     "FIXTURE_SUFFIXES",
+    "RECORDINGS",
     "fixture_path",
     "fixtures_dir",
     "list_fixtures",
@@ -26,14 +28,15 @@ __all__ = [
 ]
 
 FIXTURE_SUFFIXES = (".sse", ".chunks.jsonl", ".json")
+RECORDINGS = Path(__file__).resolve().parent / "fixtures" / "recordings"
 
 
 def fixtures_dir() -> Path:
-    """The fixtures directory: ``$RG_FIXTURES_DIR`` or the repository's sibling ``shared/fixtures``."""
+    """The fixtures directory: ``$RG_FIXTURES_DIR`` or the repository's ``tests/fixtures/recordings``."""
     env = os.environ.get("RG_FIXTURES_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+    return RECORDINGS
 
 
 def fixture_path(name: str) -> Path:

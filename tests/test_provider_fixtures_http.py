@@ -1,6 +1,6 @@
 """Every recorded upstream stream, for every provider, end to end over HTTP at both ends.
 
-A mock upstream server replays each recording of ``/work/shared/fixtures`` (every ``.sse`` and
+A mock upstream server replays each recording of ``tests/fixtures/recordings`` (every ``.sse`` and
 ``.chunks.jsonl`` of the provider's vendor) cut at random byte boundaries; a real gateway (uvicorn on
 loopback) serves it to a raw HTTP client. The SSE the client receives must pass the stream checker,
 accumulate without discrepancies, and end with the same items, status, error and usage as the same
