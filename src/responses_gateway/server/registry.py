@@ -18,15 +18,30 @@ from typing import Any
 from ..config import ConfigError, GatewayConfig
 from ..providers.base import Provider
 from ..providers.fallback import FallbackProvider
-from ..providers.registry import ProviderContext, build_provider, check_lazy, factory_for, is_lazy
+from ..providers.registry import (
+    ProviderContext,
+    RequestDefaults,
+    build_provider,
+    check_lazy,
+    factory_for,
+    is_lazy,
+)
 from ..providers.transport import Transport
 from ..redaction import REDACTOR
 
-__all__ = ["LOCAL_MODEL", "ModelRegistry", "default_registry", "registry_from_config"]
+__all__ = [
+    "LOCAL_MAX_OUTPUT_TOKENS",
+    "LOCAL_MODEL",
+    "ModelRegistry",
+    "default_registry",
+    "registry_from_config",
+]
 
 log = logging.getLogger("responses_gateway.registry")
 
 LOCAL_MODEL = "gemma-3-270m"
+# The embedded model's output limit for requests that set none.
+LOCAL_MAX_OUTPUT_TOKENS = 256
 
 ProviderFactory = Callable[[], Provider]
 
@@ -221,7 +236,10 @@ def _build_local(model_path: str | None, data_dir: Any = None) -> Provider:
     provider = module.LocalProvider(model_path, data_dir=data_dir)
     if not isinstance(provider, Provider):
         raise TypeError("LocalProvider is not a Provider")
-    return provider
+    # A request that sets no limit stops after LOCAL_MAX_OUTPUT_TOKENS (incomplete: max_output_tokens),
+    # not when the context is full: a small model tends to go on and on, and on a laptop CPU that is
+    # minutes of generation for an answer that ended long before.
+    return RequestDefaults(provider, max_output_tokens=LOCAL_MAX_OUTPUT_TOKENS)
 
 
 def default_registry(*, local: bool = True, model_path: str | None = None) -> ModelRegistry:
