@@ -266,7 +266,8 @@ class StreamBuilder:
         """
         self._check_running()
         etype = event.get("type")
-        if not isinstance(etype, str) or etype in _OWNED_EVENTS:
+        if not isinstance(etype, str) or not etype or etype in _OWNED_EVENTS:
+            # (An event without a type name is no event a client can read: refused as well.)
             raise BuilderError(f"{etype!r} cannot be passed through; use the builder's own call")
         out = dict(event)
         if item is not None:
