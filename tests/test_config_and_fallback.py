@@ -1,6 +1,8 @@
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from responses_gateway.config import ConfigError, parse_config
@@ -179,3 +181,47 @@ def test_all_exhausted_raises_the_last_error() -> None:
     with pytest.raises(ProviderError) as info:
         asyncio.run(_run(chain))
     assert info.value.status == 502
+
+
+def test_the_model_that_answered_is_named_in_a_header_and_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Through a real server: ``model`` stays the one asked for; ``x-gateway-model`` says which model
+    of the chain produced the answer (streamed and not), and the log says so once."""
+    from conftest import start_gateway
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    def chain() -> FallbackProvider:
+        down = _Upstream("from a", [ProviderError("down", status=503, code="server_is_overloaded")] * 10)
+        provider = FallbackProvider([("a", down), ("b", _Upstream("from b", []))], retries=0, sleep=no_wait)
+        provider.name = "a"
+        return provider
+
+    caplog.set_level(logging.INFO, logger="responses_gateway")
+    gw = start_gateway([chain()])
+    try:
+        for stream in (True, False):
+            body = {"model": "a", "input": "hi", "stream": stream}
+            got = httpx.post(gw.url("/v1/responses"), json=body, timeout=10)
+            assert got.status_code == 200, got.text
+            assert got.headers["x-gateway-model"] == "b"
+            assert b"from b" in got.content
+            if not stream:
+                assert got.json()["model"] == "a"
+    finally:
+        gw.stop()
+    assert "model b answered for a (fallback)" in caplog.text
+    # A direct answer carries no such header.
+    direct = start_gateway([_named(_Upstream("plain", []), "p")])
+    try:
+        got = httpx.post(direct.url("/v1/responses"), json={"model": "p", "input": "hi"}, timeout=10)
+        assert got.status_code == 200 and "x-gateway-model" not in got.headers
+    finally:
+        direct.stop()
+
+
+def _named(provider: Provider, name: str) -> Provider:
+    provider.name = name
+    return provider

@@ -124,6 +124,9 @@ class StreamBuilder:
         # Set by the server: applied to every failure message before it is emitted (the gateway's
         # secrets never reach a client or the store through an upstream's error text).
         self.redact: Callable[[str], str] | None = None
+        # Set by a back end that chooses among several (a fallback chain): the model that produced this
+        # Response. The server sends it in the x-gateway-model header; ``model`` stays the one asked for.
+        self.served_by: str | None = None
 
     # ------------------------------------------------------------------ draining
     def take(self) -> list[JSON]:

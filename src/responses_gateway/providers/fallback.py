@@ -75,6 +75,8 @@ class FallbackProvider(Provider):
         for name, provider, retries in self._usable(request):
             for attempt in range(retries + 1):
                 before = builder.sequence_number
+                # Set before the attempt: a pushing back end sends the response head from inside it.
+                builder.served_by = name
                 gen = provider.stream(request, builder)
                 try:
                     try:
@@ -97,6 +99,8 @@ class FallbackProvider(Provider):
                             break  # next back end in the chain
                         await self._sleep(delay)
                         continue
+                    if name != self.chain[0][0]:
+                        log.info("model %s answered for %s (fallback)", name, self.chain[0][0])
                     yield
                     async for _ in gen:
                         yield

@@ -58,6 +58,18 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def response_headers(
+    base: list[tuple[bytes, bytes]], builder: StreamBuilder | None
+) -> list[tuple[bytes, bytes]]:
+    """``base``, plus ``x-gateway-model`` when a fallback chain chose the model that answered."""
+    served = builder.served_by if builder is not None else None
+    if served is None:
+        return base
+    return [*base, (b"x-gateway-model", served.encode("utf-8", "replace"))]
+
+
 KEEPALIVE_COMMENT = encode_comment("keepalive")
 
 
@@ -279,7 +291,8 @@ class _Relay:
 
     async def start(self, first: bytes) -> None:
         self._started = True
-        await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        headers = response_headers(SSE_HEADERS, self._builder)
+        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
         await self.send(first)
         self._arm()
 
@@ -288,7 +301,8 @@ class _Relay:
         queue = self._queue
         if not self._started:
             self._started = True
-            queue.append({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            headers = response_headers(SSE_HEADERS, self._builder)
+            queue.append({"type": "http.response.start", "status": 200, "headers": headers})
             self._arm()
         queue.append({"type": "http.response.body", "body": body, "more_body": True})
         busy = self._busy
@@ -421,7 +435,13 @@ async def respond_stream(
         watch.close()
         await _settle(recording)
         if not relay.started:
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": response_headers(SSE_HEADERS, builder),
+                }
+            )
         await relay.send(_encode(seal(events)), more=False)
 
     name = type(provider).__name__
@@ -474,7 +494,13 @@ async def respond_stream(
         if not watch.gone and tail and not ended:
             with contextlib.suppress(Exception):
                 if not relay.started:
-                    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 200,
+                            "headers": response_headers(SSE_HEADERS, builder),
+                        }
+                    )
                 await relay.send(_encode(seal(tail)), more=False)
     finally:
         builder.push = None
@@ -562,7 +588,9 @@ async def respond_json(
             {
                 "type": "http.response.start",
                 "status": 200,
-                "headers": [*JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+                "headers": response_headers(
+                    [*JSON_HEADERS, (b"content-length", str(len(body)).encode())], builder
+                ),
             }
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
