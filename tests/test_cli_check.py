@@ -258,3 +258,41 @@ def test_check_works_when_the_server_cannot_import(
     assert run(["check", str(path)], capsys)[0] == 0
     status, _, err = run(["serve"], capsys)
     assert status == 2 and "cannot be loaded" in err
+
+
+WEATHER_CALL = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+
+
+def test_check_url_prints_each_probe_as_it_finishes(tmp_path: Path) -> None:
+    """Against a slow model a probe takes a while: its line comes out when it is done, not all three
+    at the end (the real command, reading its output as it comes)."""
+    import subprocess
+    import time
+
+    from conftest import start_gateway
+    from responses_gateway.providers.scripted import ScriptedProvider
+    from serve_process import GATEWAY
+
+    script: dict[str, Any] = {
+        "turns": [
+            {"when": {"text_contains": "weather"}, "steps": [{"function_call": WEATHER_CALL}]},
+            {"steps": [{"message": ["slow ", "hello ", "there."], "delay": 0.4}]},
+        ]
+    }
+    gw = start_gateway([ScriptedProvider(script, name="slow")])
+    try:
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [str(GATEWAY), "check", gw.base_url, "--model", "slow"], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        first_at = time.monotonic() - started
+        rest = proc.stdout.read()
+        proc.wait(60)
+        ended_at = time.monotonic() - started
+    finally:
+        gw.stop()
+    assert first.startswith("text-stream: OK"), first + rest
+    assert "function-call-stream: OK" in rest and "non-stream: OK" in rest, rest
+    assert ended_at - first_at > 1.0, (first_at, ended_at)  # the first line came before the last probe ran

@@ -202,9 +202,16 @@ def _saw_function_call(checker: StreamChecker) -> bool:
 
 
 def check_url(
-    url: str, model: str, profile: str, *, api_key: str | None = None, timeout: float = 120.0
+    url: str,
+    model: str,
+    profile: str,
+    *,
+    api_key: str | None = None,
+    timeout: float = 120.0,
+    on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
-    """Send the standard probes to a Responses endpoint and check every answer."""
+    """Send the standard probes to a Responses endpoint and check every answer; ``on_result`` is
+    called with each probe's result as soon as it is known (a slow model takes a while per probe)."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -213,19 +220,27 @@ def check_url(
     with httpx.Client(headers=headers, timeout=timeout) as client:
         for name, extra, streaming in PROBES:
             body = {"model": model, **extra}
-            results.append(_run_probe(client, endpoint, name, body, streaming, profile))
+            result = _run_probe(client, endpoint, name, body, streaming, profile)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
     return results
 
 
 # ---------------------------------------------------------------------------------------------- output
 def _print_report(results: Sequence[CheckResult], profile: str, out: TextIO) -> None:
     for result in results:
-        count = len(result.violations)
-        events = f", {result.events} events" if result.events else ""
-        verdict = "OK" if not count else f"{count} violation{'s' if count != 1 else ''}"
-        out.write(f"{result.name}: {verdict} (profile {profile}{events})\n")
-        for violation in result.violations:
-            out.write(f"  {violation}\n")
+        _print_result(result, profile, out)
+
+
+def _print_result(result: CheckResult, profile: str, out: TextIO) -> None:
+    count = len(result.violations)
+    events = f", {result.events} events" if result.events else ""
+    verdict = "OK" if not count else f"{count} violation{'s' if count != 1 else ''}"
+    out.write(f"{result.name}: {verdict} (profile {profile}{events})\n")
+    for violation in result.violations:
+        out.write(f"  {violation}\n")
+    out.flush()
 
 
 def _run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -236,9 +251,15 @@ def _run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if not args.model:
                 err.write("responses-gateway check: --model is required when checking a URL\n")
                 return EXIT_ERROR
-            results = check_url(target, args.model, profile, api_key=args.api_key, timeout=args.timeout)
+            # Each probe's line as soon as it is known (in JSON mode, the report comes at the end).
+            progress = None if args.json else (lambda result: _print_result(result, profile, out))
+            results = check_url(
+                target, args.model, profile, api_key=args.api_key, timeout=args.timeout, on_result=progress
+            )
         else:
             results = [check_file(Path(target), profile)]
+            if not args.json:
+                _print_report(results, profile, out)
     except CheckError as exc:
         err.write(f"responses-gateway check: {exc}\n")
         return EXIT_ERROR
@@ -246,8 +267,6 @@ def _run_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         report = {"target": target, "profile": profile, "ok": ok, "results": [r.to_json() for r in results]}
         out.write(json.dumps(report, indent=2) + "\n")
-    else:
-        _print_report(results, profile, out)
     return EXIT_OK if ok else EXIT_VIOLATIONS
 
 
