@@ -17,6 +17,13 @@ import httpx
 GATEWAY = Path(sys.executable).parent / "responses-gateway"
 
 
+def shared_model_path() -> Path:
+    """The bundled GGUF, assembled once in the default data directory."""
+    from responses_gateway.providers.local import ensure_default_model
+
+    return ensure_default_model()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -42,6 +49,10 @@ def serve(tmp: Path, *args: str) -> Served:
     port = free_port()
     log = tmp / f"serve-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
+    if "--no-local" not in args and "--model-path" not in args:
+        # The embedded model's file lives in the data directory (here ``tmp``): share the one in the
+        # default data directory instead of assembling 240 MB per test.
+        args = ("--model-path", str(shared_model_path()), *args)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [

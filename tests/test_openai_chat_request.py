@@ -301,6 +301,107 @@ def test_dialect_options(upstream: UpstreamMock) -> None:
     }
 
 
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+STRUCTURED_AND_NAMED = {
+    "model": "m",
+    "input": "hi",
+    "max_output_tokens": 20,
+    "reasoning": {"effort": "low"},
+    "text": {"format": {"type": "json_schema", "name": "a", "schema": SCHEMA}},
+    "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object"}},
+        {"type": "function", "name": "g", "parameters": {"type": "object"}},
+    ],
+    "tool_choice": {"type": "function", "name": "g"},
+}
+
+
+@pytest.mark.parametrize(
+    ("preset", "response_format", "tool_names", "tool_choice", "effort"),
+    [
+        (
+            "openai",
+            {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+            ["f", "g"],
+            {"type": "function", "function": {"name": "g"}},
+            {"reasoning_effort": "low"},
+        ),
+        (
+            "llama-cpp-python",
+            {"type": "json_object", "schema": SCHEMA},
+            ["f", "g"],
+            {"type": "function", "function": {"name": "g"}},
+            {},
+        ),
+        (
+            "llama.cpp",
+            {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+            ["g"],
+            "required",
+            {},
+        ),
+        (
+            "ollama",
+            {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+            ["g"],
+            "required",
+            {"reasoning": {"effort": "low"}},
+        ),
+        (
+            "lm-studio",
+            {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+            ["g"],
+            "required",
+            {},
+        ),
+        (
+            "vllm",
+            {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+            ["f", "g"],
+            {"type": "function", "function": {"name": "g"}},
+            {"reasoning_effort": "low"},
+        ),
+    ],
+)
+def test_dialect_presets(
+    preset: str, response_format: Any, tool_names: list[str], tool_choice: Any, effort: dict[str, Any]
+) -> None:
+    """How each local server spells structured output, a named tool choice, the limit and reasoning."""
+    from responses_gateway.providers.openai_chat import DIALECT_PRESETS, ChatDialect
+
+    dialect = ChatDialect(**DIALECT_PRESETS[preset])
+    body = build_chat_body(
+        parse_request(STRUCTURED_AND_NAMED), dialect=dialect, base_url="http://localhost:8000/v1"
+    )
+    assert body["response_format"] == response_format
+    assert [t["function"]["name"] for t in body["tools"]] == tool_names
+    assert body["tool_choice"] == tool_choice
+    assert body["max_tokens"] == 20 and "max_completion_tokens" not in body
+    assert {k: body[k] for k in ("reasoning_effort", "reasoning") if k in body} == effort
+
+
+def test_a_models_file_picks_a_preset_and_overrides_it() -> None:
+    from responses_gateway.config import parse_config
+    from responses_gateway.providers.registry import ProviderContext, build_provider
+
+    text = (
+        "models:\n"
+        "  - name: m\n    provider: openai-chat\n    upstream_model: x\n    base_url: http://localhost:8000/v1\n"
+        "    options: {dialect: llama-cpp-python, effort_style: reasoning_effort}\n"
+        "  - name: bad\n    provider: openai-chat\n    upstream_model: x\n    base_url: http://localhost:8000/v1\n"
+        "    options: {dialect: tgi}\n"
+    )
+    config = parse_config(text, "models.yaml")
+    provider: Any = build_provider(config.models[0], ProviderContext())
+    inner = getattr(provider, "inner", provider)
+    assert inner.dialect.structured_output == "json_object_schema"
+    assert inner.dialect.effort_style == "reasoning_effort"  # the model's own key wins over its preset
+    with pytest.raises(
+        Exception, match=r"models.yaml:11: models\[1\].options.dialect: must be one of .*, not 'tgi'"
+    ):
+        build_provider(config.models[1], ProviderContext())
+
+
 def test_max_tokens_field_follows_the_host() -> None:
     request = parse_request({"model": "m", "input": "hi", "max_output_tokens": 70})
     openai = build_chat_body(request, base_url="https://api.openai.com/v1")

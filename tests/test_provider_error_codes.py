@@ -317,3 +317,29 @@ def test_error_first_200_stream_falls_back_to_the_next_model(
         assert events[-1]["type"] == "response.completed"
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hel"
         assert len(upstream.requests) == 1 and len(backup.requests) == 1
+
+
+def test_an_upstream_traceback_is_not_relayed() -> None:
+    """llama-cpp-python's server puts the traceback in its 500's message; the client gets the message."""
+    from responses_gateway.providers.upstream_errors import from_http
+
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": "1 validation error:\n  {'loc': ('body', 'response_format', 'type'), 'msg': "
+                "\"Input should be 'text' or 'json_object'\"}\n\n  File \"/srv/llama_cpp/server/app.py\", "
+                "line 376, in create_chat_completion\n    POST /v1/chat/completions",
+                "type": "internal_server_error",
+            }
+        }
+    )
+    err = from_http(500, {}, body, upstream="The upstream")
+    assert err.status == 502
+    assert str(err) == (
+        "The upstream failed (HTTP 500): 1 validation error: {'loc': ('body', 'response_format', 'type'), "
+        "'msg': \"Input should be 'text' or 'json_object'\"}"
+    )
+    bare = b'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nValueError: bad schema\n'
+    assert str(from_http(500, {}, bare, upstream="U")) == "U failed (HTTP 500): ValueError: bad schema"
+    fastapi = orjson.dumps({"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]})
+    assert str(from_http(422, {}, fastapi)) == "messages: Field required"

@@ -4,15 +4,17 @@ not there, a request with nothing to answer."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from responses_gateway import __version__
-from serve_process import GATEWAY, serve
+from serve_process import GATEWAY, Served, free_port, serve
 
 
 def test_version() -> None:
@@ -99,3 +101,88 @@ def test_without_the_local_extra_the_embedded_model_is_left_out_and_says_why(
     log = served.log.read_text()
     assert "the embedded model gemma-3-270m is unavailable: llama-cpp-python is not installed" in log
     assert "Traceback" not in log
+
+
+def _serve_with_env(tmp: Path, env: dict[str, str], *args: str) -> Served:
+    """``serve`` with exactly ``env`` (no --data-dir or --store from the helper)."""
+    port = free_port()
+    log = tmp / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(GATEWAY), "serve", "--port", str(port), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    served = Served(proc, port, log)
+    deadline = time.monotonic() + 90
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(log.read_text(errors="replace"))
+        try:
+            if served.get("/health").status_code == 200:
+                return served
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, log.read_text(errors="replace")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("how", ["--data-dir", "RG_DATA_DIR"])
+def test_the_data_dir_moves_the_store_the_key_and_the_model(tmp_path: Path, how: str) -> None:
+    data = tmp_path / "data"
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RG_", "XDG_"))}
+    env["HOME"] = str(home)
+    args = ["--preload"]
+    if how == "--data-dir":
+        args += ["--data-dir", str(data)]
+    else:
+        env["RG_DATA_DIR"] = str(data)
+    served = _serve_with_env(tmp_path, env, *args)
+    try:
+        got = httpx.post(
+            f"{served.base_url}/responses",
+            json={"model": "gemma-3-270m", "input": "hi", "max_output_tokens": 2},
+            timeout=60,
+        )
+        assert got.status_code == 200, got.text
+    finally:
+        served.proc.terminate()
+        served.proc.wait(10)
+    # One log format for every line: the gateway's, uvicorn's and llama.cpp's (no raw stderr lines).
+    lines = [line for line in served.log.read_text().splitlines() if line.strip()]
+    odd = [
+        line for line in lines if not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ", line)
+    ]
+    assert not odd, odd
+    assert any("responses_gateway.requests" in line for line in lines)
+    assert (data / "gateway.db").is_file()
+    assert (data / "seal.key").is_file()
+    assert [p.suffix for p in (data / "models").glob("gemma*.gguf")] == [".gguf"]
+    assert not home.exists() or not any(home.rglob("*")), sorted(home.rglob("*"))
+
+
+def test_one_log_line_per_response_without_content(tmp_path: Path) -> None:
+    script = tmp_path / "m.json"
+    script.write_text('{"model": "m", "turns": [{"steps": [{"message": "the-answer-text"}]}]}')
+    served = serve(tmp_path, "--no-local", "--script", str(script), "--log-level", "info")
+    try:
+        url = f"{served.base_url}/responses"
+        ok = httpx.post(url, json={"model": "m", "input": "the-question-text", "stream": True}, timeout=10)
+        assert ok.status_code == 200
+        missing = httpx.post(url, json={"model": "nope\nforged", "input": "x"}, timeout=10)
+        assert missing.status_code == 404
+    finally:
+        served.proc.terminate()
+        served.proc.wait(10)
+    log = served.log.read_text()
+    lines = [line for line in log.splitlines() if "responses_gateway.requests" in line]
+    assert len(lines) == 2, log
+    first, second = lines
+    assert " model=m " in first and " http=200 " in first and " status=completed " in first
+    assert " stream=true " in first and " input_tokens=" in first and " output_tokens=" in first
+    assert " ttft_ms=" in first and " duration_ms=" in first and " id=resp_" in first
+    assert " model=nope?forged " in second and " http=404 " in second
+    assert "the-question-text" not in log and "the-answer-text" not in log

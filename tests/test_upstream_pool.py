@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from gguf_files import QWEN, write_gguf
 from responses_gateway.config import parse_config
 from responses_gateway.providers.base import ProviderError
 from responses_gateway.providers.registry import ProviderContext
@@ -153,7 +154,10 @@ def test_every_models_file_example_in_the_docs_starts(
         monkeypatch.setenv(var, "sk-doc-example")
     for rel in re.findall(r"(?:model_path|script): (\S+)", text):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text('- message: "hi"\n')
+        if rel.endswith(".gguf"):  # a local model's file is read (its metadata) at start-up
+            write_gguf(tmp_path / rel, "qwen2", template=QWEN)
+        else:
+            (tmp_path / rel).write_text('- message: "hi"\n')
     path = tmp_path / "models.yaml"
     path.write_text(text)
     config = parse_config(text, str(path))

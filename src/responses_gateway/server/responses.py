@@ -41,6 +41,7 @@ from .bodies import parse_json_body
 from .capabilities import check_capabilities
 from .errors import HTTPError, send_json
 from .namespaces import adapt_tools
+from .request_log import RequestLog
 from .streaming import Recording, follow_stream, respond_json, respond_stream, run_detached
 from .types import Receive, Scope, Send
 
@@ -264,6 +265,23 @@ class ResponsesAPI:
 
     # ------------------------------------------------------------------------------ create
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
+        line = RequestLog(enabled=self.app.config.request_log)
+        try:
+            await self._create(scope, receive, send, line)
+        except HTTPError as exc:
+            line.http_status = exc.status
+            raise
+        except asyncio.CancelledError:
+            line.http_status = 499  # the client went away before an answer started
+            raise
+        except Exception:
+            line.http_status = 500
+            raise
+        finally:
+            if not line.background:
+                line.write()
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send, line: RequestLog) -> None:
         app = self.app
         raw = await app._read_body(scope, receive)
         body = parse_json_body(raw)
@@ -271,6 +289,7 @@ class ResponsesAPI:
             request = parse_request(body)
         except RequestError as exc:
             raise HTTPError.from_request_error(exc) from None
+        line.model, line.stream = request.model, request.stream
         owner = app.owner_for(scope)
         store = app.store
         conversation_id = _conversation_id(request)
@@ -332,6 +351,7 @@ class ResponsesAPI:
         builder = StreamBuilder(new_response(request.model, **echo), raw_reasoning=config.raw_reasoning)
         builder.tool_namespaces = flattening.names
         builder.redact = REDACTOR.scrub
+        line.builder = builder
         if store is None or not request.store:
             builder.start()
             if request.stream:
@@ -376,8 +396,11 @@ class ResponsesAPI:
                 ),
                 name=f"rg-background-{rid}",
             )
+            # The line is written when the run ends, not when the queued snapshot goes out.
+            line.background = True
             self._workers.add(task)
             task.add_done_callback(self._workers.discard)
+            task.add_done_callback(lambda _: line.write())
             if request.stream:
                 await self._follow(send, receive, store, owner, rid, -1, seal)
             else:

@@ -13,6 +13,8 @@ import sys
 
 import uvicorn
 
+from ..paths import DATA_DIR_ENV
+from ..paths import data_dir as resolve_data_dir
 from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
 from .app import GatewayApp
@@ -34,14 +36,7 @@ API_KEYS_ENV = "RG_API_KEYS"
 CONFIG_ENV = "RG_CONFIG"
 STORE_ENV = "RG_STORE_URL"
 REDIS_ENV = "RG_REDIS_URL"
-DATA_DIR_ENV = "RG_DATA_DIR"
 NO_STORE = ("none", "off")
-
-
-def default_data_dir() -> str:
-    """``$XDG_DATA_HOME/responses-gateway``, else ``~/.local/share/responses-gateway``."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "responses-gateway")
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,13 +128,23 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-dir",
         default=None,
         metavar="DIR",
-        help=f"the default SQLite store and the seal key live here (also {DATA_DIR_ENV}; "
+        help=f"the default SQLite store, the seal key and the embedded model live here (also {DATA_DIR_ENV}; "
         "default $XDG_DATA_HOME/responses-gateway or ~/.local/share/responses-gateway)",
     )
     parser.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
-    parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="uvicorn's access line for every HTTP request (off by default)",
+    )
+    parser.add_argument(
+        "--no-request-log",
+        dest="request_log",
+        action="store_false",
+        help="no per-response log line (model, status, tokens, time to first token, duration; on by default)",
+    )
     parser.add_argument(
         "--raw-reasoning-events",
         choices=("reasoning_text", "reasoning"),
@@ -202,7 +207,7 @@ def store_settings(args: argparse.Namespace) -> tuple[str | None, str | None, st
     """``(store_url, redis_url, data_dir)`` from the options, then the environment, then the defaults."""
     from ..store import default_store_url
 
-    data_dir = args.data_dir or os.environ.get(DATA_DIR_ENV) or default_data_dir()
+    data_dir = str(resolve_data_dir(args.data_dir))
     store: str | None = args.store or os.environ.get(STORE_ENV) or default_store_url(data_dir)
     if store is not None and store.strip().lower() in NO_STORE:
         store = None
@@ -225,9 +230,16 @@ def build_registry(args: argparse.Namespace) -> ModelRegistry:
         from ..config import load_config
 
         models = load_config(args.config)
-        registry = registry_from_config(models, local=not args.no_local, model_path=args.model_path)
+        registry = registry_from_config(
+            models,
+            local=not args.no_local,
+            model_path=args.model_path,
+            data_dir=resolve_data_dir(args.data_dir),
+        )
     else:
-        registry = default_registry(local=not args.no_local, model_path=args.model_path)
+        registry = default_registry(
+            local=not args.no_local, model_path=args.model_path, data_dir=resolve_data_dir(args.data_dir)
+        )
     for path in args.script:
         scripted = ScriptedProvider.from_file(path)
         if scripted.name in registry:
@@ -251,6 +263,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         data_dir=data_dir,
         raw_reasoning=args.raw_reasoning_events,
         drop_unsupported_tools=tuple(dict.fromkeys(args.drop_unsupported_tool)),
+        request_log=args.request_log,
     )
     return GatewayApp(build_registry(args), config, preload=args.preload)
 
@@ -316,6 +329,8 @@ def serve(args: argparse.Namespace) -> int:
         lifespan="on",
         access_log=args.access_log,
         log_level=args.log_level,
+        # uvicorn's own lines go through the root logger set up above: one format for every line.
+        log_config=None,
         timeout_graceful_shutdown=args.shutdown_timeout,
     )
     server = GatewayServer(config, args.shutdown_timeout)
@@ -330,7 +345,6 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.create_server((host, port), family=family, backlog=2048)
     sock.set_inheritable(True)
     return sock
-
 
 
 class GatewayServer(uvicorn.Server):
