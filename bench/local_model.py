@@ -109,7 +109,10 @@ def serve(port: int, path: str, n_ctx: int, n_threads: int) -> None:
     from responses_gateway.server.registry import ModelRegistry
 
     registry = ModelRegistry()
-    registry.add(LocalProvider(path, n_ctx=n_ctx, n_threads=n_threads), MODEL, owned_by="local")
+    # Gemma's turn format, as on the direct side: the transcript format (the default for this model)
+    # ends answers at a blank line, and this measures the rate over a long answer.
+    provider = LocalProvider(path, n_ctx=n_ctx, n_threads=n_threads, prompt_format="gemma")
+    registry.add(provider, MODEL, owned_by="local")
     app = GatewayApp(registry, ServerConfig(), preload=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 

@@ -23,7 +23,7 @@ from responses_gateway.protocol.request import ResponseRequest, parse_request  #
 from responses_gateway.protocol.response import new_response  # noqa: E402
 from responses_gateway.providers.base import ProviderError  # noqa: E402
 from responses_gateway.providers.local import LocalProvider, ensure_default_model  # noqa: E402
-from responses_gateway.providers.local_prompt import render_prompt, tool_preamble  # noqa: E402
+from responses_gateway.providers.local_prompt import tool_preamble  # noqa: E402
 
 pytestmark = pytest.mark.model
 
@@ -130,7 +130,7 @@ def test_usage_counts_come_from_the_tokenizer(provider: LocalProvider) -> None:
     before = provider.tokens_generated
     _, response = run(provider, body)
     req = request(body)
-    prompt = render_prompt(req.input, instructions=req.instructions)
+    prompt = provider.prompt_format.render(req.input, instructions=req.instructions)
     usage = response["usage"]
     assert usage["input_tokens"] == len(provider.tokenize(prompt))
     assert usage["output_tokens"] == provider.tokens_generated - before
@@ -268,7 +268,7 @@ def test_multi_turn_history_with_every_item_shape(provider: LocalProvider) -> No
     }
     _, response = run(provider, body)
     req = request(body)
-    prompt = render_prompt(
+    prompt = provider.prompt_format.render(
         req.input, instructions=req.instructions, preamble=tool_preamble(req.tools, required=False)
     )
     assert response["usage"]["input_tokens"] == len(provider.tokenize(prompt))

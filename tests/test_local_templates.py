@@ -17,7 +17,12 @@ import pytest
 from gguf_files import QWEN, write_gguf
 from responses_gateway.providers.gguf_file import ModelFileError, read_gguf
 from responses_gateway.providers.local_prompt import render_prompt
-from responses_gateway.providers.local_template import GemmaFormat, JinjaFormat, select_format
+from responses_gateway.providers.local_template import (
+    GemmaFormat,
+    JinjaFormat,
+    TranscriptFormat,
+    select_format,
+)
 from serve_process import GATEWAY, free_port, serve
 
 # Shapes of the templates real GGUFs carry (abridged to what the rendering depends on).
@@ -90,22 +95,36 @@ def test_a_template_without_system_role_gets_it_folded_into_the_first_turn(tmp_p
     )
 
 
-def test_gemma_without_template_gets_gemmas_format(tmp_path: Path) -> None:
-    fmt = select_format(read_gguf(write_gguf(tmp_path / "g.gguf", "gemma3")))
-    assert isinstance(fmt, GemmaFormat)
-    assert fmt.render(CONVERSATION, instructions="Be brief.") == render_prompt(
-        CONVERSATION, instructions="Be brief."
-    )
-
-
-def test_other_models_without_template_get_chatml_and_a_warning(
+def test_a_file_without_a_template_is_prompted_as_a_base_model(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, "responses_gateway.local"):
-        fmt = select_format(read_gguf(write_gguf(tmp_path / "x.gguf", "llama")))
-    assert isinstance(fmt, JinjaFormat) and fmt.name == "chatml (fallback)"
-    assert "x.gguf has no chat template" in caplog.text
-    assert fmt.render(CONVERSATION[:1]).endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    with caplog.at_level(logging.INFO, "responses_gateway.local"):
+        fmt = select_format(read_gguf(write_gguf(tmp_path / "g.gguf", "gemma3")))
+    assert isinstance(fmt, TranscriptFormat)
+    assert "g.gguf has no chat template" in caplog.text
+    text = fmt.render(CONVERSATION, instructions="Be brief.")
+    assert text.startswith("Be brief.\n\nAnswer each question briefly and accurately.\n\nQuestion: What is")
+    assert text.endswith(
+        "Question: Hi\n\nAnswer: Hello!\n\nQuestion: Weather in Paris?\n\n"
+        f"Answer: {CALL}\n\nQuestion: {RESULT}\n\nAnswer:"
+    )
+    assert fmt.stops[0] == "\n\n" and fmt.strip_leading
+
+
+def test_a_models_file_can_force_a_format(tmp_path: Path) -> None:
+    info = read_gguf(write_gguf(tmp_path / "q.gguf", "qwen2", template=QWEN))
+    assert isinstance(select_format(info, choice="transcript"), TranscriptFormat)
+    gemma = select_format(info, choice="gemma")
+    assert isinstance(gemma, GemmaFormat)
+    assert gemma.render(CONVERSATION, instructions="Be brief.") == render_prompt(
+        CONVERSATION, instructions="Be brief."
+    )
+    chatml = select_format(info, choice="chatml")
+    assert isinstance(chatml, JinjaFormat) and chatml.name == "chatml"
+    assert chatml.render(CONVERSATION[:1]).endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    bare = read_gguf(write_gguf(tmp_path / "b.gguf", "llama"))
+    with pytest.raises(ValueError, match=r"b\.gguf has no chat template"):
+        select_format(bare, choice="template")
 
 
 def test_a_template_is_sandboxed(tmp_path: Path) -> None:

@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUNDLED_TRAINED_CONTEXT", "DEFAULT_N_CTX", "GGUFInfo", "ModelFileError", "read_gguf"]
+__all__ = [
+    "BUNDLED_TRAINED_CONTEXT",
+    "DEFAULT_N_CTX",
+    "PROMPT_FORMATS",
+    "GGUFInfo",
+    "ModelFileError",
+    "read_gguf",
+]
+
+# How a local model may be prompted (``local_template.select_format``; a models file's ``prompt_format``).
+PROMPT_FORMATS = ("auto", "template", "transcript", "gemma", "chatml")
 
 # The context the embedded model runs with unless a model sets n_ctx: Codex's first request alone (its
 # instructions and tools) is ~8,500 tokens; 16k of KV cache costs ~300 MB for Gemma 3 270M.

@@ -38,8 +38,9 @@ from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import ResponseRequest
 from .base import Capabilities, Provider, ProviderError
 from .custom_tools import InputStream, custom_description, custom_parameters, custom_tool_names
-from .gguf_file import DEFAULT_N_CTX, GGUFInfo, read_gguf
+from .gguf_file import DEFAULT_N_CTX, PROMPT_FORMATS, GGUFInfo, read_gguf
 from .local_grammar import CALL_OPEN, CallParser, GrammarSpec, build_grammar
+from .local_output import CallsOut, TextOut, passing
 from .local_prompt import START_OF_TURN, tool_preamble
 from .local_template import GemmaFormat, PromptFormat, select_format
 
@@ -59,6 +60,13 @@ MODEL_NAME = "gemma-3-270m"
 # Gemma's published generation config; OpenAI's API has no top_k, and sampling from the full 262k
 # vocabulary makes a small model ramble (and costs a full sort per token).
 DEFAULT_TOP_K = 64
+# Repetition control for free text (llama.cpp's classic repeat penalty over the last 64 tokens): a base
+# model without it loops on a phrase (docs/local-model.md has the measurements).
+REPEAT_PENALTY = 1.1
+REPEAT_LAST_N = 64
+# Free text also drops candidates under a tenth of the best one's probability (min-p): with top-k alone
+# a base model's short answers wander into a stray token now and then.
+MIN_P = 0.1
 
 
 # ---------------------------------------------------------------------------------------- model file
@@ -251,10 +259,18 @@ class _Job:
     switch_on_text: bool
     post: Callable[[str | _End], None]
     stop: threading.Event = field(default_factory=threading.Event)
+    # Free text ends at the first of these (not included): the prompt format's own, and the call
+    # marker when tools were offered (a call written into a text answer is not a call).
+    stops: tuple[str, ...] = ()
+    # Whitespace the model writes before a free-text answer is not part of it.
+    strip_leading: bool = False
+    # Calls may be written (tools offered and not ``none``): a call repeated word for word in the
+    # same answer ends it instead (a small model, once it has called, tends to call again the same).
+    calls: bool = False
 
 
 class LocalProvider(Provider):
-    """Gemma 3 270M (or any GGUF chat model using Gemma's template) in this process."""
+    """A GGUF chat or base model (Gemma 3 270M by default) in this process."""
 
     name = "local"
     capabilities = Capabilities(
@@ -280,6 +296,7 @@ class LocalProvider(Provider):
         seed: int | None = None,
         extra_buffers: bool = False,
         data_dir: str | Path | None = None,
+        prompt_format: str = "auto",
     ) -> None:
         self.model_path = Path(model_path) if model_path is not None else None
         self.n_ctx = n_ctx
@@ -291,12 +308,19 @@ class LocalProvider(Provider):
         self.seed = seed
         self.extra_buffers = extra_buffers
         self.data_dir = Path(data_dir) if data_dir is not None else None
+        if prompt_format not in PROMPT_FORMATS:
+            raise ValueError(
+                f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, not {prompt_format!r}"
+            )
+        self.prompt_choice = prompt_format
         # Tokens sampled since start; tests and metrics read it to see generation stop.
         self.tokens_generated = 0
         self._llm: Any = None
         self._vocab: Any = None
         self._n_vocab = 0
         self._turn_start = -1
+        self._call_separator = -1
+        self._end_tokens: Any = np.array([], dtype=np.intp)
         # Set when the model loads: the file's metadata and the prompt format chosen from it.
         self.info: GGUFInfo | None = None
         self.prompt_format: PromptFormat = GemmaFormat()
@@ -338,7 +362,18 @@ class LocalProvider(Provider):
         self._turn_start = start[0] if len(start) == 1 else -1
         eos = llm.detokenize([llm.token_eos()], special=True).decode("utf-8", "replace")
         self.info = info
-        self.prompt_format = prompt_format = select_format(info, eos_token=eos)
+        self.prompt_format = prompt_format = select_format(info, eos_token=eos, choice=self.prompt_choice)
+        # What ends an answer after a call, and what starts another one (see _prefers_ending).
+        separator = llm.tokenize(b"\n", add_bos=False, special=False)
+        self._call_separator = separator[0] if len(separator) == 1 else -1
+        ends = {int(llama_cpp.llama_vocab_eos(self._vocab)), int(llama_cpp.llama_vocab_eot(self._vocab))}
+        for stop in prompt_format.stops:
+            first = llm.tokenize(stop.encode(), add_bos=False, special=False)
+            if first and first[0] != self._call_separator:
+                ends.add(first[0])
+        if self._turn_start >= 0:
+            ends.add(self._turn_start)
+        self._end_tokens = np.array(sorted(t for t in ends if 0 <= t < self._n_vocab), dtype=np.intp)
         log.info("%s: prompt format %s", path.name if isinstance(path, Path) else path, prompt_format.name)
         self._llm = llm
 
@@ -483,7 +518,9 @@ class LocalProvider(Provider):
         return spec, grammar, mode
 
     # ------------------------------------------------------------------ sampling
-    def _sampler(self, grammar: str | None, temperature: float, top_p: float) -> Any:
+    def _sampler(
+        self, grammar: str | None, temperature: float, top_p: float, *, penalize: bool = False
+    ) -> Any:
         from llama_cpp import llama_cpp as capi
 
         chain = capi.llama_sampler_chain_init(capi.llama_sampler_chain_default_params())
@@ -493,13 +530,23 @@ class LocalProvider(Provider):
                 capi.llama_sampler_free(chain)
                 raise _bad("The local model could not compile the output grammar.", "text.format")
             capi.llama_sampler_chain_add(chain, sampler)
+        if penalize:
+            # Repetition control for free text, on the best candidates only (over the whole
+            # vocabulary it costs a scan of 262k tokens per step).
+            capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_top_k(self.top_k or _SHORTLIST))
+            capi.llama_sampler_chain_add(
+                chain,
+                capi.llama_sampler_init_penalties(self._n_vocab, REPEAT_LAST_N, REPEAT_PENALTY, 0.0, 0.0),
+            )
         if temperature <= 0.0:
             capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_greedy())
         else:
-            if self.top_k > 0:
+            if self.top_k > 0 and not penalize:
                 capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_top_k(self.top_k))
             if top_p < 1.0:
                 capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_top_p(top_p, 1))
+            if penalize and MIN_P > 0.0:
+                capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_min_p(MIN_P, 1))
             capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_temp(temperature))
             seed = self.seed if self.seed is not None else int.from_bytes(os.urandom(4), "little")
             capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_dist(seed))
@@ -552,15 +599,30 @@ class LocalProvider(Provider):
             candidates = capi.llama_token_data_array(ctypes.pointer(one), 1, -1, False)
             candidates_p = ctypes.byref(candidates)
             turn_start = self._turn_start
-            deciding = job.switch_on_text
             head = ""
             stop = job.stop
-            post = job.post
             reason = "stop"
+            # Where generated text goes: free text through ``text_out`` (stop strings, leading
+            # whitespace), calls through ``calls_out`` (a repeated call ends the answer), anything
+            # else (a JSON answer) straight out. Auto mode decides from the answer's first characters
+            # (``sink`` None meanwhile, the text held in ``head``).
+            text_out = TextOut(job.post, job.stops, job.strip_leading)
+            calls_out = CallsOut(job.post)
+            sink: Callable[[str], bool] | None
+            if constrained is None:
+                sink = text_out.feed
+            elif job.switch_on_text:
+                sink = None
+            elif job.calls:
+                sink = calls_out.feed
+            else:
+                sink = passing(job.post)
             while True:
                 if stop.is_set():
                     reason = "cancelled"
                     break
+                if calls_out.boundary and self._prefers_ending(ctx):
+                    break  # one call unless the model would rather go on with another
                 token = capi.llama_sampler_sample(free, ctx, -1)
                 if grammar is not None:
                     one.id, one.logit, one.p = token, 1.0, 0.0
@@ -574,23 +636,26 @@ class LocalProvider(Provider):
                     break
                 n += 1
                 self.tokens_generated += 1
-                text = decoder.feed(self._piece(token))
-                if text:  # a piece ending mid-character waits for the next token
-                    post(text)
-                if deciding and text:
+                text = decoder.feed(self._piece(token))  # "" while a character is incomplete
+                if text and sink is None:
                     head += text
                     if not CALL_OPEN.startswith(head[: len(CALL_OPEN)]):
                         # A plain-text answer: the grammar no longer constrains anything.
-                        grammar, deciding = None, False
+                        grammar, sink = None, text_out.feed
                     elif len(head) >= len(CALL_OPEN):
-                        deciding = False
+                        sink = calls_out.feed
+                    text, head = (head, "") if sink is not None else ("", head)
+                if text and sink is not None and not sink(text):
+                    break  # a stop string, or a repeated call: the answer is complete
                 if n >= job.max_tokens:
                     reason = "length"
                     break
                 llm.eval([token])
-            tail = decoder.flush()
+            tail = head + decoder.flush()
             if tail:
-                post(tail)
+                (sink or passing(job.post))(tail)
+            text_out.flush()
+            calls_out.flush()
             end = _End(reason, n)
         except Exception as exc:  # reported to the client as response.failed, never lost
             end = _End("error", n, f"{type(exc).__name__}: {exc}")
@@ -602,6 +667,17 @@ class LocalProvider(Provider):
             # as soon as this one completes must find the model idle.
             self._release(time.monotonic() - started)
             job.post(end)
+
+    def _prefers_ending(self, ctx: Any) -> bool:
+        """After a call: whether the model's next token would rather end the answer (end of turn, or
+        the start of the prompt format's own ending, e.g. a transcript's blank line) than begin
+        another call (the line break between calls)."""
+        from llama_cpp import llama_cpp as capi
+
+        if self._call_separator < 0 or self._end_tokens.size == 0:
+            return False
+        logits = np.ctypeslib.as_array(capi.llama_get_logits_ith(ctx, -1), shape=(self._n_vocab,))
+        return bool(logits[self._end_tokens].max() >= logits[self._call_separator])
 
     def _sample_constrained(self, ctx: Any, grammar: Any, free: Any, constrained: Any) -> int:
         """Sample under the grammar, checking only the best candidates when one of them fits.
@@ -686,7 +762,9 @@ class LocalProvider(Provider):
                 job.stop.set()
 
         try:
-            free = self._sampler(None, temperature, top_p)
+            # Free text may repeat itself: penalized unless the answer is JSON or calls only.
+            penalize = spec.allow_text and spec.text_schema is None
+            free = self._sampler(None, temperature, top_p, penalize=penalize)
         except BaseException:
             self._release()
             raise
@@ -703,6 +781,9 @@ class LocalProvider(Provider):
             free=free,
             switch_on_text=constrained is not None and spec.allow_text and spec.text_schema is None,
             post=post,
+            stops=self.prompt_format.stops + ((CALL_OPEN,) if spec.tools else ()),
+            strip_leading=self.prompt_format.strip_leading,
+            calls=bool(spec.tools),
         )
         self._executor.submit(self._run, job)
         try:

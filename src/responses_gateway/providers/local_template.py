@@ -3,9 +3,10 @@
 A GGUF chat model carries its chat template (``tokenizer.chat_template``, a Jinja template in Hugging
 Face's conventions) in its metadata: Qwen's ChatML, Llama 3's headers, Mistral's ``[INST]``, Gemma's
 turns… The embedded model renders a request with that template (in Jinja's sandbox), so any GGUF a
-user has is prompted the way it was trained. The bundled Gemma 3 270M carries no template: a Gemma
-file without one gets Gemma's format, written out in ``local_prompt``; any other file without one gets
-ChatML (what llama.cpp also falls back to), with a warning.
+user has is prompted the way it was trained. A file without a template is taken for a base model
+(the bundled Gemma 3 270M is one) and prompted with a question-and-answer transcript it continues
+(:class:`TranscriptFormat`), whose answers end at a blank line. A models file can force a format
+(``prompt_format``: ``template``, ``transcript``, ``gemma``, ``chatml``).
 
 Every format sees the same conversation: ``local_prompt.conversation`` (instructions, system and
 developer text, the tool list, user and assistant turns with calls written in the grammar's syntax).
@@ -33,6 +34,7 @@ __all__ = [
     "GemmaFormat",
     "JinjaFormat",
     "PromptFormat",
+    "TranscriptFormat",
     "select_format",
 ]
 
@@ -46,9 +48,15 @@ CHATML = (
 
 
 class PromptFormat(Protocol):
-    """Renders a request as the prompt text the model continues (ending with an open assistant turn)."""
+    """Renders a request as the prompt text the model continues (ending with an open assistant turn).
+
+    ``stops``: text that ends a free-text answer (not itself part of it); ``strip_leading``: whitespace
+    the model writes first (after ``Answer:``) is not part of the answer.
+    """
 
     name: str
+    stops: tuple[str, ...]
+    strip_leading: bool
 
     def render(
         self, items: list[JSON], *, instructions: str | None = None, preamble: str | None = None
@@ -59,6 +67,8 @@ class GemmaFormat:
     """Gemma's turns, written out (the bundled model's GGUF carries no template)."""
 
     name = "gemma (built in)"
+    stops: tuple[str, ...] = ()
+    strip_leading = False
 
     def render(
         self, items: list[JSON], *, instructions: str | None = None, preamble: str | None = None
@@ -82,6 +92,9 @@ class JinjaFormat:
     ``bos_token`` renders empty: the tokenizer adds BOS itself when the model wants one, and a template
     that writes ``{{ bos_token }}`` would otherwise give it twice.
     """
+
+    stops: tuple[str, ...] = ()
+    strip_leading = False
 
     def __init__(self, source: str, *, name: str = "gguf chat template", eos_token: str = "") -> None:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -134,16 +147,70 @@ class JinjaFormat:
         raise ValueError(f"the model's chat template refused the conversation: {last}")
 
 
-def select_format(info: GGUFInfo, *, eos_token: str = "") -> PromptFormat:
-    """The GGUF's own template; Gemma's built-in format for a Gemma file without one; else ChatML.
+# The worked examples a base model continues from: short questions, short answers, a blank line after each.
+_EXAMPLES = (
+    ("What is the capital of Italy?", "Rome."),
+    ("How many legs does a spider have?", "Eight."),
+    ("What is the largest planet in the solar system?", "Jupiter."),
+)
+_TRANSCRIPT_HEAD = "Answer each question briefly and accurately."
 
-    ``eos_token`` is the model's end-of-sequence text, for templates that write it."""
+
+class TranscriptFormat:
+    """A base model's prompt: a question-and-answer transcript it continues, with worked examples.
+
+    A base model (the bundled Gemma 3 270M is one: its GGUF has no chat template) was never trained on
+    chat turns; given Gemma's turn markers it echoes the question and rambles (docs/local-model.md has
+    the figures). What it has seen plenty of is text like this transcript: after ``Answer:`` it writes a
+    short answer, then a blank line, which ends the answer. The system text (instructions, the tool
+    list) goes first; tool results come back as the next question.
+    """
+
+    name = "question-and-answer transcript (base model)"
+    stops: tuple[str, ...] = ("\n\n", "\nQuestion:", "\nAnswer:")
+    strip_leading = True
+
+    def render(
+        self, items: list[JSON], *, instructions: str | None = None, preamble: str | None = None
+    ) -> str:
+        system, turns = conversation(items, instructions=instructions, preamble=preamble)
+        out = [f"{system}\n\n" if system else "", f"{_TRANSCRIPT_HEAD}\n\n"]
+        for question, answer in _EXAMPLES:
+            out.append(f"Question: {question}\nAnswer: {answer}\n\n")
+        merged: list[list[str]] = []
+        roles: list[str] = []
+        for role, text in turns:
+            if roles and roles[-1] == role:
+                merged[-1].append(text)
+            else:
+                roles.append(role)
+                merged.append([text])
+        for role, texts in zip(roles, merged, strict=True):
+            label = "Answer" if role == "model" else "Question"
+            out.append(f"{label}: {chr(10).join(texts).strip()}\n\n")
+        if roles and roles[-1] == "model":
+            out.append("Question: Go on.\n\n")
+        out.append("Answer:")
+        return "".join(out)
+
+
+def select_format(info: GGUFInfo, *, eos_token: str = "", choice: str = "auto") -> PromptFormat:
+    """The prompt format for a model file.
+
+    ``auto``: the GGUF's own chat template; without one the model is taken for a base model and
+    prompted with a transcript. ``template``, ``transcript``, ``gemma``, ``chatml`` force one (a
+    models file's ``prompt_format`` option). ``eos_token`` is the model's end-of-sequence text, for
+    templates that write it.
+    """
+    if choice == "transcript":
+        return TranscriptFormat()
+    if choice == "gemma":
+        return GemmaFormat()
+    if choice == "chatml":
+        return JinjaFormat(CHATML, name="chatml", eos_token=eos_token)
     if info.chat_template:
         return JinjaFormat(info.chat_template, eos_token=eos_token)
-    if info.architecture.startswith("gemma"):
-        return GemmaFormat()
-    log.warning(
-        "%s has no chat template in its metadata and is not a Gemma model: prompting it with ChatML",
-        info.path.name,
-    )
-    return JinjaFormat(CHATML, name="chatml (fallback)")
+    if choice == "template":
+        raise ValueError(f"{info.path.name} has no chat template in its metadata (prompt_format: template)")
+    log.info("%s has no chat template in its metadata: prompting it as a base model", info.path.name)
+    return TranscriptFormat()

@@ -32,7 +32,7 @@ from ..config import Timeouts as ModelTimeouts
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import EFFORTS, ResponseRequest
 from .base import Provider
-from .gguf_file import BUNDLED_TRAINED_CONTEXT, DEFAULT_N_CTX, ModelFileError, read_gguf
+from .gguf_file import BUNDLED_TRAINED_CONTEXT, DEFAULT_N_CTX, PROMPT_FORMATS, ModelFileError, read_gguf
 from .transport import Timeouts, Transport
 
 __all__ = [
@@ -423,6 +423,7 @@ def _local_kwargs(model: ModelConfig, context: ProviderContext) -> tuple[dict[st
     if seed is not None:
         kwargs["seed"] = seed
     kwargs["extra_buffers"] = bool(opts.take("extra_buffers", bool, False))
+    kwargs["prompt_format"] = opts.choice("prompt_format", PROMPT_FORMATS, "auto")
     path = _path(model, model.model_path) if model.model_path else context.model_path
     kwargs["model_path"] = path
     kwargs["data_dir"] = context.data_dir
