@@ -15,7 +15,7 @@ $(BIN)/python:
 # llama-cpp-python compiles llama.cpp from source (~12 min on 2 cores); pip keeps the built wheel in
 # its cache, so only the first install on a machine pays for it.
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -e '.[local,test]'
+	$(BIN)/pip install -e '.[local,code-interpreter,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,6 +24,7 @@ run: $(STAMP)
 	$(BIN)/responses-gateway serve --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
+	scripts/sandbox-deps.sh
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
