@@ -76,7 +76,7 @@ def _fake_entry_points(monkeypatch: pytest.MonkeyPatch, **targets: str) -> None:
             return metadata.EntryPoints(eps)
         return real(**params)
 
-    monkeypatch.setattr(providers_registry.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
 
 
 ECHO_CONFIG = """\

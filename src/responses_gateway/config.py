@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from .providers.names import provider_names
+
 __all__ = [
     "PROVIDER_KINDS",
     "ConfigError",
@@ -165,9 +167,6 @@ def parse_config(
     text: str, filename: str = "<config>", *, providers: Collection[str] | None = None
 ) -> GatewayConfig:
     if providers is None:
-        # Imported here: the provider registry imports this module for ModelConfig.
-        from .providers.registry import provider_names
-
         providers = provider_names()
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -13,11 +13,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .json_field import StringFieldStream
 from .response import ID_PREFIXES, JSON, make_usage, new_id
 
-__all__ = ["TERMINAL_EVENTS", "BuilderError", "Item", "StreamBuilder", "error_event"]
+__all__ = [
+    "TERMINAL_EVENTS",
+    "BuilderError",
+    "HostedCall",
+    "HostedSpec",
+    "Item",
+    "StreamBuilder",
+    "error_event",
+]
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -59,11 +69,40 @@ class BuilderError(RuntimeError):
     """A provider drove the builder in a way that would emit an invalid stream."""
 
 
+@dataclass(frozen=True, slots=True)
+class HostedSpec:
+    """How a function the gateway runs itself is shown to the client (``StreamBuilder.hosted``).
+
+    ``kind``: the item type (``code_interpreter_call``); ``fields``: the item's fields when it opens;
+    ``stream_key``: the argument (a JSON string) whose text streams as the item's code, if any.
+    """
+
+    kind: str
+    fields: JSON = field(default_factory=dict)
+    stream_key: str | None = None
+
+
+class HostedCall:
+    """A model's call to a hosted tool, as the builder saw it: the engine runs it between turns."""
+
+    __slots__ = ("arguments", "buf", "call_id", "name", "ready", "stream")
+
+    def __init__(self, name: str, call_id: str, stream_key: str | None) -> None:
+        self.name = name
+        self.call_id = call_id
+        self.buf: list[str] = []
+        self.arguments = ""
+        # The arguments are complete (the model closed the call): the engine may run it.
+        self.ready = False
+        self.stream = StringFieldStream(stream_key) if stream_key is not None else None
+
+
 class Item:
     """One output item being built. Providers hold it as a handle and pass it back."""
 
     __slots__ = (
         "buf",
+        "call",
         "content_index",
         "data",
         "id",
@@ -87,6 +126,8 @@ class Item:
         self.summary_index = -1
         self.summary_open = False
         self.buf: list[str] = []
+        # Set on a hosted tool's item opened from a model's function call (see StreamBuilder.hosted).
+        self.call: HostedCall | None = None
 
     def __repr__(self) -> str:
         state = "open" if self.open else "done"
@@ -130,6 +171,16 @@ class StreamBuilder:
         # When the first output item opened (time.monotonic()): the server's per-request log line
         # reports it as the time to first token.
         self.first_output_at: float | None = None
+        # Set by the engine (engine/turns.py), which runs hosted tools between model turns:
+        # ``hosted`` maps a function name offered to the model to the hosted tool item its calls are
+        # shown as (the function call itself never reaches the client); with ``defer_finish`` a back
+        # end's complete()/incomplete() ends one model turn (``turn_status``) instead of the Response.
+        self.hosted: dict[str, HostedSpec] = {}
+        # Set by the engine: annotations for an output_text part's final text (the files a hosted tool
+        # made, cited where the answer names them), added before ``output_text.done``.
+        self.annotate_text: Callable[[str], list[JSON]] | None = None
+        self.defer_finish = False
+        self.turn_status: tuple[str, str | None] | None = None
 
     # ------------------------------------------------------------------ draining
     def take(self) -> list[JSON]:
@@ -158,6 +209,10 @@ class StreamBuilder:
     @property
     def open_items(self) -> list[Item]:
         return list(self._open.values())
+
+    def hosted_pending(self) -> list[Item]:
+        """Hosted tool items a model turn left open for the engine to run, in output order."""
+        return [it for it in self._open.values() if it.call is not None]
 
     def _emit(self, event: JSON) -> JSON:
         event["sequence_number"] = self._seq
@@ -339,6 +394,9 @@ class StreamBuilder:
         if kind is None:
             return
         text = "".join(item.buf)
+        if kind == "output_text" and self.annotate_text is not None:
+            for annotation in self.annotate_text(text):
+                self.annotation(item, annotation)
         item.buf = []
         part = item.data["content"][item.content_index]
         ev = self._part_base(item)
@@ -518,6 +576,11 @@ class StreamBuilder:
     ) -> Item:
         if namespace is None and name in self.tool_namespaces:
             namespace, name = self.tool_namespaces[name]
+        spec = self.hosted.get(name) if namespace is None else None
+        if spec is not None:
+            hosted = self.open_tool_call(spec.kind, **spec.fields)
+            hosted.call = HostedCall(name, call_id or self._new_id("call"), spec.stream_key)
+            return hosted
         data: JSON = {
             "status": "in_progress",
             "arguments": "",
@@ -531,6 +594,9 @@ class StreamBuilder:
         return item
 
     def arguments_delta(self, item: Item, delta: str) -> None:
+        if item.call is not None:
+            self._hosted_arguments(item, item.call, delta)
+            return
         self._live(item, ("function_call", "mcp_call"))
         if not delta:
             return
@@ -546,8 +612,44 @@ class StreamBuilder:
             }
         )
 
+    def _hosted_arguments(self, item: Item, call: HostedCall, delta: str) -> None:
+        self._live(item, item.kind)
+        if call.ready:
+            raise BuilderError(f"{item!r}: arguments after the call was closed")
+        if not delta:
+            return
+        call.buf.append(delta)
+        if call.stream is not None:
+            text = call.stream.feed(delta)
+            if text:
+                self.code_delta(item, text)
+
+    def _close_hosted(self, item: Item, call: HostedCall, status: str) -> None:
+        """The model finished writing a hosted call. Complete arguments whose streamed field holds a
+        string make it ready: the item stays open for the engine to run and close. Anything else (cut
+        at the output limit, malformed) is closed ``incomplete`` here and never runs."""
+        self._live(item, item.kind)
+        if call.ready:
+            raise BuilderError(f"{item!r}: the call was already closed")
+        call.arguments = "".join(call.buf) or "{}"
+        value: str | None = None
+        if call.stream is not None:
+            value, rest = call.stream.finish(call.arguments)
+            if rest:
+                self.code_delta(item, rest)
+            if item.part_kind != "code":
+                item.part_kind, item.buf = "code", []
+            self._close_code(item)  # ``code.done`` always, with what the client saw
+        if status == "completed" and (call.stream is None or value is not None):
+            call.ready = True
+            return
+        self.close_tool_call(item, status="incomplete")
+
     def close_function_call(self, item: Item, *, status: str = "completed") -> None:
         """Finish a call; empty arguments become ``"{}"`` (a call with no arguments)."""
+        if item.call is not None:
+            self._close_hosted(item, item.call, status)
+            return
         self._live(item, "function_call")
         arguments = "".join(item.buf) or "{}"
         item.data["arguments"] = arguments
@@ -720,6 +822,12 @@ class StreamBuilder:
 
     def _close_all(self, status: str) -> None:
         for item in list(self._open.values()):
+            if item.call is not None:
+                if item.call.ready and self.defer_finish:
+                    continue  # the engine runs it and closes it
+                # A hosted call never finished (or never run): it did not complete.
+                self.close_tool_call(item, status="incomplete")
+                continue
             self.close_item(item, status=status)
 
     def set_usage(
@@ -749,21 +857,29 @@ class StreamBuilder:
         return self._lifecycle(event_type)
 
     def complete(self) -> JSON:
-        """Close what is open and emit ``response.completed``."""
+        """Close what is open and emit ``response.completed`` (with ``defer_finish``: end the turn)."""
         self._check_running()
         self._close_all("completed")
+        if self.defer_finish:
+            self.turn_status = ("completed", None)
+            return self.response
         return self._finish("completed", "response.completed")
 
     def incomplete(self, reason: str) -> JSON:
-        """Close what is open as ``incomplete`` and emit ``response.incomplete`` with ``reason``."""
+        """Close what is open as ``incomplete`` and emit ``response.incomplete`` with ``reason``
+        (with ``defer_finish``: end the turn, the engine decides)."""
         self._check_running()
         self._close_all("incomplete")
+        if self.defer_finish:
+            self.turn_status = ("incomplete", reason)
+            return self.response
         self.response["incomplete_details"] = {"reason": reason}
         return self._finish("incomplete", "response.incomplete")
 
     def fail(self, code: str, message: str, *, param: str | None = None) -> JSON:
         """End with ``response.failed`` (after an ``error`` event, which clients show to the user)."""
         self._check_running()
+        self.defer_finish = False  # a failure ends the Response whoever is driving turns
         self._close_all("incomplete")
         if self.redact is not None:
             message = self.redact(message)

@@ -191,7 +191,7 @@ def _obj(value: Any, param: str) -> JSON:
     return value
 
 
-def _list(value: Any, param: str) -> list[Any]:
+def check_list(value: Any, param: str) -> list[Any]:
     if not isinstance(value, list):
         raise _invalid_type(param, "an array", value)
     return value
@@ -297,7 +297,7 @@ def _part(value: Any, param: str, allowed: tuple[str, ...]) -> JSON:
             raise _missing(f"{param}.text")
         _str(part["text"], f"{param}.text")
         if kind == "output_text" and "annotations" in part:
-            _list(part["annotations"], f"{param}.annotations")
+            check_list(part["annotations"], f"{param}.annotations")
     elif kind == "refusal":
         if "refusal" not in part:
             raise _missing(f"{param}.refusal")
@@ -360,7 +360,7 @@ def _required_str(item: JSON, key: str, param: str) -> None:
     _str(item[key], f"{param}.{key}")
 
 
-def _input_item(value: Any, param: str) -> JSON:
+def check_input_item(value: Any, param: str) -> JSON:
     item = _obj(value, param)
     kind = item.get("type")
     if kind is None and "role" in item:
@@ -391,7 +391,7 @@ def _input_item(value: Any, param: str) -> JSON:
         _output_value(item["output"], f"{param}.output")
         return item
     if kind == "reasoning":
-        summary = _list(item.get("summary", []), f"{param}.summary")
+        summary = check_list(item.get("summary", []), f"{param}.summary")
         for j, s in enumerate(summary):
             s = _obj(s, f"{param}.summary[{j}]")
             if _type_of(s, f"{param}.summary[{j}]") != "summary_text":
@@ -399,7 +399,7 @@ def _input_item(value: Any, param: str) -> JSON:
             _required_str(s, "text", f"{param}.summary[{j}]")
         _opt_str(item.get("encrypted_content"), f"{param}.encrypted_content")
         if item.get("content") is not None:
-            _list(item["content"], f"{param}.content")
+            check_list(item["content"], f"{param}.content")
         out = dict(item)
         out["summary"] = summary
         return out
@@ -411,8 +411,8 @@ def _input_item(value: Any, param: str) -> JSON:
 def _input(value: Any) -> list[JSON]:
     if isinstance(value, str):
         return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
-    items = _list(value, "input")
-    return [_input_item(item, f"input[{i}]") for i, item in enumerate(items)]
+    items = check_list(value, "input")
+    return [check_input_item(item, f"input[{i}]") for i, item in enumerate(items)]
 
 
 # ---------------------------------------------------------------------------------------- tools
@@ -479,14 +479,14 @@ def _tool(value: Any, param: str) -> JSON:
                 _required_str(fmt, "definition", f"{param}.format")
     elif kind == "namespace":
         _tool_name(tool, param)
-        for j, sub in enumerate(_list(tool.get("tools", []), f"{param}.tools")):
+        for j, sub in enumerate(check_list(tool.get("tools", []), f"{param}.tools")):
             sub = _obj(sub, f"{param}.tools[{j}]")
             _enum(_type_of(sub, f"{param}.tools[{j}]"), f"{param}.tools[{j}].type", ("function", "custom"))
             _function_tool(sub, f"{param}.tools[{j}]")
     elif kind == "file_search":
         if "vector_store_ids" not in tool:
             raise _missing(f"{param}.vector_store_ids")
-        _list(tool["vector_store_ids"], f"{param}.vector_store_ids")
+        check_list(tool["vector_store_ids"], f"{param}.vector_store_ids")
     elif kind == "mcp":
         _required_str(tool, "server_label", param)
     return tool
@@ -533,7 +533,7 @@ def _tool_choice(value: Any, tools: list[JSON]) -> str | JSON:
             )
     elif kind == "allowed_tools":
         _enum(choice.get("mode"), "tool_choice.mode", ("auto", "required"))
-        for j, t in enumerate(_list(choice.get("tools"), "tool_choice.tools")):
+        for j, t in enumerate(check_list(choice.get("tools"), "tool_choice.tools")):
             _type_of(_obj(t, f"tool_choice.tools[{j}]"), f"tool_choice.tools[{j}]")
     elif kind not in HOSTED_CHOICES:
         raise _invalid_value(
@@ -600,7 +600,7 @@ def _reasoning(value: Any) -> JSON:
     }
 
 
-def _metadata(value: Any) -> JSON:
+def check_metadata(value: Any) -> JSON:
     metadata = _obj(value, "metadata")
     if len(metadata) > 16:
         raise RequestError(
@@ -626,7 +626,7 @@ def _metadata(value: Any) -> JSON:
 
 
 def _include(value: Any) -> list[str]:
-    return [_enum(v, f"include[{i}]", INCLUDABLE) for i, v in enumerate(_list(value, "include"))]
+    return [_enum(v, f"include[{i}]", INCLUDABLE) for i, v in enumerate(check_list(value, "include"))]
 
 
 def _conversation(value: Any) -> str | JSON:
@@ -679,7 +679,7 @@ def _set_tool_choice(req: ResponseRequest, value: Any) -> None:
 
 def _set_tools(req: ResponseRequest, value: Any) -> None:
     if value is not None:
-        req.tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(_list(value, "tools"))]
+        req.tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(check_list(value, "tools"))]
 
 
 def _set_input(req: ResponseRequest, value: Any) -> None:
@@ -716,7 +716,7 @@ FIELDS: dict[str, _Setter] = {
     "previous_response_id": _set("previous_response_id", _str),
     "conversation": _set_value("conversation", _conversation),
     "include": _set_value("include", _include),
-    "metadata": _set_value("metadata", _metadata),
+    "metadata": _set_value("metadata", check_metadata),
     "truncation": _set("truncation", lambda v, p: _enum(v, p, ("auto", "disabled"))),
     "user": _set("user", _str),
     "safety_identifier": _set("safety_identifier", _str),

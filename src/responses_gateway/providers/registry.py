@@ -23,7 +23,6 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -33,6 +32,7 @@ from ..protocol.builder import StreamBuilder
 from ..protocol.request import EFFORTS, ResponseRequest
 from .base import Provider
 from .gguf_file import BUNDLED_TRAINED_CONTEXT, DEFAULT_N_CTX, PROMPT_FORMATS, ModelFileError, read_gguf
+from .names import BUILTIN_NAMES, ENTRY_POINT_GROUP, entry_points, provider_names
 from .transport import Timeouts, Transport
 
 __all__ = [
@@ -52,7 +52,6 @@ __all__ = [
 
 log = logging.getLogger("responses_gateway.providers")
 
-ENTRY_POINT_GROUP = "responses_gateway.providers"
 
 
 @dataclass(slots=True)
@@ -73,25 +72,13 @@ ProviderFactory = Callable[[ModelConfig, ProviderContext], Provider]
 
 
 # --------------------------------------------------------------------------------------- lookup
-def _entry_points() -> dict[str, metadata.EntryPoint]:
-    found: dict[str, metadata.EntryPoint] = {}
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep)
-    return found
-
-
-def provider_names() -> list[str]:
-    """Every provider name a models file may use: the built-in ones and the installed entry points."""
-    return sorted({*BUILTIN_FACTORIES, *_entry_points()})
-
-
 def factory_for(model: ModelConfig) -> ProviderFactory:
     """The factory for ``model.provider``: its entry point, else the built-in table.
 
     An unknown name, or an entry point that cannot be imported, is a ConfigError naming the file and
     line of the model's ``provider`` key.
     """
-    ep = _entry_points().get(model.provider)
+    ep = entry_points().get(model.provider)
     if ep is not None:
         try:
             loaded = ep.load()
@@ -487,6 +474,8 @@ BUILTIN_FACTORIES: Mapping[str, ProviderFactory] = {
     "scripted": scripted_factory,
 }
 
+
+assert set(BUILTIN_FACTORIES) == set(BUILTIN_NAMES), "providers/names.py lists the built-in providers"
 
 local_factory.lazy = True  # type: ignore[attr-defined]
 local_factory.check = check_local_options  # type: ignore[attr-defined]

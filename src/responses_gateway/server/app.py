@@ -6,33 +6,34 @@ fixed, so a dict lookup on ``(method, path)`` is all the routing needed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import orjson
 
+from ..engine import HostedTool
+from ..engine.tools import CodeInterpreter, ContainerPool
 from ..providers.base import Provider
 from ..redaction import REDACTOR, install_log_scrubbing
 from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
 from ..store import Store, open_store
 from .auth import APIKeyAuth
 from .config import ServerConfig
+from .containers import ContainersAPI
 from .conversations import ConversationsAPI
 from .errors import HTTPError, send_error, send_json
 from .registry import ModelRegistry
 from .responses import ResponsesAPI
+from .router import Router
 from .streaming import GENERIC_FAILURE
 from .types import Receive, Scope, Send
 
 __all__ = ["GatewayApp"]
 
 log = logging.getLogger("responses_gateway.server")
-
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-_MODELS_PREFIX = "/v1/models/"
 
 
 class GatewayApp:
@@ -51,22 +52,25 @@ class GatewayApp:
         self._preload = preload
         self.store: Store | None = None
         self._sealer: Sealer | None = None
+        # The tools the engine runs for back ends that cannot (engine/tools/): by tool type.
+        data_dir = self.config.data_dir
+        self.containers = ContainerPool(lambda: None if data_dir is None else Path(data_dir) / "containers")
+        self.hosted_tools: dict[str, HostedTool] = {"code_interpreter": CodeInterpreter(self.containers)}
         self.responses = ResponsesAPI(self)
-        self._routes: dict[str, dict[str, Handler]] = {
-            "/v1/responses": {"POST": self.responses.create},
-            "/v1/models": {"GET": self._list_models},
-            "/health": {"GET": self._health},
-            # Not a response id: the compaction endpoint, which this gateway does not serve.
-            "/v1/responses/compact": {"POST": self._compact},
-        }
-        # Path-prefix routers tried in order when no exact route matches: path -> methods, or None.
+        self.router = Router()
+        self.router.add("/v1/responses", POST=self.responses.create)
+        # Not a response id: the compaction endpoint, which this gateway does not serve.
+        self.router.add("/v1/responses/compact", POST=self._compact)
+        self.router.add("/v1/models", GET=self._list_models)
+        self.router.add("/v1/models/{name:path}", GET=self._get_model)
+        self.router.add("/health", GET=self._health)
+        self.responses.register(self.router)
         self.conversations = ConversationsAPI(
-            lambda: self.store, self.owner_for, self._read_body, lambda: self.sealer
+            lambda: self.store, self.owner_for, self.read_body, lambda: self.sealer
         )
-        self._prefix_routes: list[Callable[[str], dict[str, Handler] | None]] = [
-            self.responses.routes,
-            self.conversations.route,
-        ]
+        self.conversations.register(self.router)
+        self.containers_api = ContainersAPI(self.containers, self.owner_for, self.read_body)
+        self.containers_api.register(self.router)
 
     def owner_for(self, scope: Scope) -> str:
         """The owner of what this request stores and reads: a hash of its API key, or one shared owner.
@@ -115,6 +119,7 @@ class GatewayApp:
                         )
                     if self._preload:
                         await self.registry.preload()
+                    await self._check_hosted_tools()
                 except Exception as exc:
                     log.exception("start-up failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -126,8 +131,16 @@ class GatewayApp:
                     store, self.store = self.store, None
                     await store.close()
                 await self.registry.aclose()
+                await self.containers.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _check_hosted_tools(self) -> None:
+        """Say at start-up which hosted tools cannot run here, and why (requests for them get a 400)."""
+        for tool in self.hosted_tools.values():
+            why = await asyncio.to_thread(tool.unavailable)
+            if why is not None:
+                log.warning("the %s tool is unavailable: %s (requests with it get a 400)", tool.type, why)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
@@ -135,16 +148,10 @@ class GatewayApp:
         try:
             if path != "/health":
                 self._auth.check(scope["headers"])
-            methods = self._routes.get(path)
-            if methods is None and path.startswith(_MODELS_PREFIX) and len(path) > len(_MODELS_PREFIX):
-                methods = {"GET": self._get_model}
-            if methods is None:
-                for router in self._prefix_routes:
-                    methods = router(path)
-                    if methods is not None:
-                        break
-            if methods is None:
+            found = self.router.match(path)
+            if found is None:
                 raise HTTPError(404, f"Invalid URL ({method} {path})", code="not_found")
+            methods, params = found
             handler = methods.get(method)
             if handler is None:
                 allow = ", ".join(methods).encode()
@@ -154,7 +161,7 @@ class GatewayApp:
                     code="method_not_allowed",
                     headers=[(b"allow", allow)],
                 )
-            await handler(scope, receive, send)
+            await handler(scope, receive, send, **params)
         except HTTPError as exc:
             await send_error(send, exc)
         except Exception:
@@ -191,7 +198,8 @@ class GatewayApp:
             code="unsupported_endpoint",
         )
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+    async def read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """The request's body, at most ``max_body_bytes`` (413 past it); what every endpoint reads."""
         limit = self.config.max_body_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -223,14 +231,14 @@ class GatewayApp:
     async def _list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, orjson.dumps({"object": "list", "data": self.registry.models()}))
 
-    async def _get_model(self, scope: Scope, receive: Receive, send: Send) -> None:
-        name = scope["path"][len(_MODELS_PREFIX) :]
+    async def _get_model(self, scope: Scope, receive: Receive, send: Send, *, name: str) -> None:
         model = self.registry.model(name)
         if model is None:
             raise _model_not_found(name, self.registry.names(), self.registry.unavailable.get(name))
         await send_json(send, 200, orjson.dumps(model))
 
-    async def _provider(self, model: str) -> Provider:
+    async def provider_for(self, model: str) -> Provider:
+        """The back end serving ``model``: 404 naming the models served, 503 if it cannot load."""
         try:
             provider = await self.registry.get(model)
         except Exception:

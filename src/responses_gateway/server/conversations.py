@@ -22,25 +22,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qsl
 
 import orjson
 
-from ..protocol.request import INCLUDABLE, RequestError
-from ..protocol.request import _input_item as check_input_item  # the create-response item checks
-from ..protocol.request import _list as check_list
-from ..protocol.request import _metadata as check_metadata
+# The create-response checks, so both APIs validate items and metadata with the same wording.
+from ..protocol.request import INCLUDABLE, RequestError, check_input_item, check_list, check_metadata
 from ..sealing import Sealer, SealError
 from ..store import ItemReferenceNotFound, NotFound, Store, apply_include
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
-from .responses import ENCRYPTED, _present_item, _reasoning_state
+from .query import ListQuery
+from .query import invalid as _invalid
+from .responses import ENCRYPTED, present_item, reasoning_state
+from .router import Router
 from .types import Receive, Scope, Send
 
 __all__ = ["PREFIX", "ConversationsAPI"]
 
 JSON = dict[str, Any]
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 StoreGetter = Callable[[], Store | None]
 OwnerOf = Callable[[Scope], str]
 BodyReader = Callable[[Scope, Receive], Awaitable[bytes]]
@@ -48,17 +47,12 @@ SealerGetter = Callable[[], Sealer]
 
 PREFIX = "/v1/conversations"
 MAX_ITEMS = 20  # OpenAI: "You may add up to 20 items at a time."
-ORDERS = ("asc", "desc")
 # Items whose OpenAI model has a required ``status``; items given without one are complete.
 _STATUS_ITEMS = frozenset({"message", "function_call", "function_call_output"})
 
 
 def _bad(exc: RequestError) -> HTTPError:
     return HTTPError.from_request_error(exc)
-
-
-def _invalid(message: str, param: str, code: str) -> HTTPError:
-    return HTTPError(400, message, param=param, code=code)
 
 
 def _not_found(exc: NotFound) -> HTTPError:
@@ -121,16 +115,8 @@ def _only(body: JSON, allowed: tuple[str, ...]) -> None:
             raise _invalid(f"Unknown parameter: '{key}'.", key, "unknown_parameter")
 
 
-class _Query:
+class _Query(ListQuery):
     """The query string of a list or retrieve request, checked with OpenAI's wording."""
-
-    def __init__(self, scope: Scope) -> None:
-        raw: bytes = scope.get("query_string", b"")
-        self.pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
-
-    def last(self, name: str) -> str | None:
-        found = [v for k, v in self.pairs if k == name]
-        return found[-1] if found else None
 
     def include(self) -> list[str]:
         # The openai SDKs send arrays as ``include[]=a&include[]=b``; plain repeats work too.
@@ -144,47 +130,6 @@ class _Query:
                     "invalid_value",
                 )
         return values
-
-    def limit(self) -> int:
-        text = self.last("limit")
-        if text is None or text == "":
-            return 20
-        try:
-            value = int(text)
-        except ValueError:
-            raise _invalid(
-                f"Invalid type for 'limit': expected an integer, but got a string ('{text[:40]}') instead.",
-                "limit",
-                "invalid_type",
-            ) from None
-        if value < 1:
-            raise _invalid(
-                "Invalid 'limit': integer below minimum value. Expected a value >= 1, "
-                f"but got {value} instead.",
-                "limit",
-                "integer_below_min_value",
-            )
-        if value > 100:
-            raise _invalid(
-                "Invalid 'limit': integer above maximum value. Expected a value <= 100, "
-                f"but got {value} instead.",
-                "limit",
-                "integer_above_max_value",
-            )
-        return value
-
-    def order(self) -> str:
-        value = self.last("order") or "desc"
-        if value not in ORDERS:
-            raise _invalid(
-                f"Invalid value: '{value[:40]}'. Supported values are: 'asc' and 'desc'.",
-                "order",
-                "invalid_value",
-            )
-        return value
-
-    def after(self) -> str | None:
-        return self.last("after") or None
 
 
 class ConversationsAPI:
@@ -208,50 +153,12 @@ class ConversationsAPI:
         self._read_body = read_body
         self._sealer = sealer
 
-    def route(self, path: str) -> dict[str, Handler] | None:
-        """The handlers by method for ``path``, or ``None`` when no conversation route matches."""
-        if path == PREFIX:
-            return {"POST": self._create}
-        if not path.startswith(PREFIX + "/"):
-            return None
-        parts = path[len(PREFIX) + 1 :].split("/")
-        if not all(parts):
-            return None
-        cid = parts[0]
-        if len(parts) == 1:
-
-            async def get(scope: Scope, receive: Receive, send: Send) -> None:
-                await self._get(scope, send, cid)
-
-            async def update(scope: Scope, receive: Receive, send: Send) -> None:
-                await self._update(scope, receive, send, cid)
-
-            async def delete(scope: Scope, receive: Receive, send: Send) -> None:
-                await self._delete(scope, send, cid)
-
-            return {"GET": get, "POST": update, "DELETE": delete}
-        if parts[1] != "items":
-            return None
-        if len(parts) == 2:
-
-            async def list_items(scope: Scope, receive: Receive, send: Send) -> None:
-                await self._list_items(scope, send, cid)
-
-            async def add_items(scope: Scope, receive: Receive, send: Send) -> None:
-                await self._add_items(scope, receive, send, cid)
-
-            return {"GET": list_items, "POST": add_items}
-        if len(parts) == 3:
-            item_id = parts[2]
-
-            async def get_item(scope: Scope, receive: Receive, send: Send) -> None:
-                await self._get_item(scope, send, cid, item_id)
-
-            async def delete_item(scope: Scope, receive: Receive, send: Send) -> None:
-                await self._delete_item(scope, send, cid, item_id)
-
-            return {"GET": get_item, "DELETE": delete_item}
-        return None
+    def register(self, router: Router) -> None:
+        """The routes under ``/v1/conversations``."""
+        router.add(PREFIX, POST=self._create)
+        router.add(PREFIX + "/{cid}", GET=self._get, POST=self._update, DELETE=self._delete)
+        router.add(PREFIX + "/{cid}/items", GET=self._list_items, POST=self._add_items)
+        router.add(PREFIX + "/{cid}/items/{item_id}", GET=self._get_item, DELETE=self._delete_item)
 
     # ------------------------------------------------------------------------------------ plumbing
     def _need_store(self) -> Store:
@@ -281,7 +188,7 @@ class ConversationsAPI:
         """Items with the reasoning state this gateway sealed opened (stored as the back end made it)."""
         out = items
         for index, item in enumerate(items):
-            state = _reasoning_state(item)
+            state = reasoning_state(item)
             if state is None:
                 continue
             sealer = self._sealer()
@@ -306,7 +213,7 @@ class ConversationsAPI:
     def _show(self, items: list[JSON], include: list[str], owner: str) -> list[JSON]:
         """Items as they leave: ``status`` filled in, reasoning state sealed when ``include`` asks."""
         sealer = self._sealer() if ENCRYPTED in include else None
-        return [present(_present_item(item, sealer, owner)) for item in items]
+        return [present(present_item(item, sealer, owner)) for item in items]
 
     async def _items_to_store(self, store: Store, owner: str, items: list[JSON]) -> list[JSON]:
         """Resolve ``item_reference`` items here so a miss names ``items[i]``, not ``input[i]``."""
@@ -329,7 +236,7 @@ class ConversationsAPI:
         items = await self._items_to_store(store, owner, items)
         await self._ok(send, await store.create_conversation(owner, items=items, metadata=metadata))
 
-    async def _get(self, scope: Scope, send: Send, cid: str) -> None:
+    async def _get(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
         store = self._need_store()
         try:
             conversation = await store.get_conversation(self._owner(scope), cid)
@@ -337,7 +244,7 @@ class ConversationsAPI:
             raise _not_found(exc) from None
         await self._ok(send, conversation)
 
-    async def _update(self, scope: Scope, receive: Receive, send: Send, cid: str) -> None:
+    async def _update(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
         store = self._need_store()
         body = await self._body(scope, receive)
         _only(body, ("metadata",))
@@ -352,7 +259,7 @@ class ConversationsAPI:
             raise _not_found(exc) from None
         await self._ok(send, conversation)
 
-    async def _delete(self, scope: Scope, send: Send, cid: str) -> None:
+    async def _delete(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
         store = self._need_store()
         try:
             deleted = await store.delete_conversation(self._owner(scope), cid)
@@ -360,7 +267,7 @@ class ConversationsAPI:
             raise _not_found(exc) from None
         await self._ok(send, deleted)
 
-    async def _list_items(self, scope: Scope, send: Send, cid: str) -> None:
+    async def _list_items(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
         store = self._need_store()
         query = _Query(scope)
         include, limit, order, after = query.include(), query.limit(), query.order(), query.after()
@@ -373,7 +280,7 @@ class ConversationsAPI:
         page["data"] = self._show(page["data"], include, self._owner(scope))
         await self._ok(send, page)
 
-    async def _add_items(self, scope: Scope, receive: Receive, send: Send, cid: str) -> None:
+    async def _add_items(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
         store = self._need_store()
         include = _Query(scope).include()
         body = await self._body(scope, receive)
@@ -392,7 +299,7 @@ class ConversationsAPI:
         page["data"] = self._show(shown, include, owner)
         await self._ok(send, page)
 
-    async def _get_item(self, scope: Scope, send: Send, cid: str, item_id: str) -> None:
+    async def _get_item(self, scope: Scope, receive: Receive, send: Send, *, cid: str, item_id: str) -> None:
         store = self._need_store()
         include = _Query(scope).include()
         owner = self._owner(scope)
@@ -402,7 +309,9 @@ class ConversationsAPI:
             raise _not_found(exc) from None
         await self._ok(send, self._show([item], include, owner)[0])
 
-    async def _delete_item(self, scope: Scope, send: Send, cid: str, item_id: str) -> None:
+    async def _delete_item(
+        self, scope: Scope, receive: Receive, send: Send, *, cid: str, item_id: str
+    ) -> None:
         store = self._need_store()
         try:
             conversation = await store.delete_conversation_item(self._owner(scope), cid, item_id)

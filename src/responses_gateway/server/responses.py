@@ -23,37 +23,56 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 import orjson
 
+from ..engine import Engine, HostedTool, RunContext, plan_hosted
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, parse_request
 from ..protocol.response import new_response
-from ..providers.base import ProviderError
+from ..providers.base import Provider, ProviderError
 from ..redaction import REDACTOR
 from ..sealing import Sealer, SealError
 from ..store import RUNNING, TERMINAL, NotFound, ResponseNotFound, Store
 from .bodies import parse_json_body
 from .capabilities import check_capabilities
+from .config import ServerConfig
 from .errors import HTTPError, send_json
 from .namespaces import adapt_tools
 from .request_log import RequestLog
+from .router import Router
 from .streaming import Recording, follow_stream, respond_json, respond_stream, run_detached
 from .types import Receive, Scope, Send
 
-if TYPE_CHECKING:
-    from .app import GatewayApp
 
-__all__ = ["PREFIX", "ResponsesAPI", "not_found"]
+class Host(Protocol):
+    """What the Responses endpoints need of the app that serves them (``app.GatewayApp``)."""
+
+    config: ServerConfig
+    store: Store | None
+
+    @property
+    def hosted_tools(self) -> Mapping[str, HostedTool]: ...
+
+    @property
+    def sealer(self) -> Sealer: ...
+
+    def owner_for(self, scope: Scope) -> str: ...
+
+    async def read_body(self, scope: Scope, receive: Receive) -> bytes: ...
+
+    async def provider_for(self, model: str) -> Provider: ...
+
+
+__all__ = ["PREFIX", "Host", "ResponsesAPI", "not_found"]
 
 log = logging.getLogger("responses_gateway.server")
 
 JSON = dict[str, Any]
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 Seal = Callable[[list[JSON]], list[JSON]]
 
 PREFIX = "/v1/responses/"
@@ -71,7 +90,7 @@ def _bad(message: str, param: str | None = None, code: str | None = None) -> HTT
 
 
 # ---------------------------------------------------------------------------------------- sealing
-def _reasoning_state(item: Any) -> str | None:
+def reasoning_state(item: Any) -> str | None:
     if isinstance(item, dict) and item.get("type") == "reasoning":
         value = item.get("encrypted_content")
         if isinstance(value, str) and value:
@@ -79,13 +98,13 @@ def _reasoning_state(item: Any) -> str | None:
     return None
 
 
-def _present_item(item: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None) -> JSON:
+def present_item(item: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None) -> JSON:
     """``item`` with its reasoning state sealed (``sealer``) or removed (None); the same object if neither.
 
     ``memo`` keeps one sealed text per state, so within one stream the same item shows the same
     ``encrypted_content`` in ``output_item.done`` and in the final response (sealing is randomized).
     """
-    state = _reasoning_state(item)
+    state = reasoning_state(item)
     if state is None:
         return item
     if sealer is None:
@@ -106,7 +125,7 @@ def _present_event(
     if event.get("type") in _ITEM_EVENTS:
         item = event.get("item")
         if isinstance(item, dict):
-            shown = _present_item(item, sealer, owner, memo)
+            shown = present_item(item, sealer, owner, memo)
             if shown is not item:
                 return {**event, "item": shown}
         return event
@@ -122,9 +141,9 @@ def _present_response(
     response: JSON, sealer: Sealer | None, owner: str, memo: dict[str, str] | None = None
 ) -> JSON:
     output = response.get("output")
-    if not isinstance(output, list) or not any(_reasoning_state(item) for item in output):
+    if not isinstance(output, list) or not any(reasoning_state(item) for item in output):
         return response
-    return {**response, "output": [_present_item(item, sealer, owner, memo) for item in output]}
+    return {**response, "output": [present_item(item, sealer, owner, memo) for item in output]}
 
 
 def presenter(sealer: Sealer | None, owner: str) -> Seal:
@@ -230,28 +249,18 @@ class _Query:
 
 # ---------------------------------------------------------------------------------------- the API
 class ResponsesAPI:
-    """``/v1/responses`` and ``/v1/responses/{id}…`` for one :class:`GatewayApp`."""
+    """``/v1/responses`` and ``/v1/responses/{id}…`` for one :class:`Host`."""
 
-    def __init__(self, app: GatewayApp) -> None:
+    def __init__(self, app: Host) -> None:
         self.app = app
         self._workers: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------------------ routing
-    def routes(self, path: str) -> dict[str, Handler] | None:
-        """The handlers for a path under ``/v1/responses/``, or None if it names nothing."""
-        if not path.startswith(PREFIX):
-            return None
-        parts = path[len(PREFIX) :].split("/")
-        if not parts[0]:
-            return None
-        rid = parts[0]
-        if len(parts) == 1:
-            return {"GET": partial(self._retrieve, rid=rid), "DELETE": partial(self._delete, rid=rid)}
-        if len(parts) == 2 and parts[1] == "input_items":
-            return {"GET": partial(self._input_items, rid=rid)}
-        if len(parts) == 2 and parts[1] == "cancel":
-            return {"POST": partial(self._cancel, rid=rid)}
-        return None
+    def register(self, router: Router) -> None:
+        """The routes under ``/v1/responses/{response_id}``."""
+        router.add("/v1/responses/{rid}", GET=self._retrieve, DELETE=self._delete)
+        router.add("/v1/responses/{rid}/input_items", GET=self._input_items)
+        router.add("/v1/responses/{rid}/cancel", POST=self._cancel)
 
     def _store(self) -> Store:
         store = self.app.store
@@ -283,7 +292,7 @@ class ResponsesAPI:
 
     async def _create(self, scope: Scope, receive: Receive, send: Send, line: RequestLog) -> None:
         app = self.app
-        raw = await app._read_body(scope, receive)
+        raw = await app.read_body(scope, receive)
         body = parse_json_body(raw)
         try:
             request = parse_request(body)
@@ -305,7 +314,7 @@ class ResponsesAPI:
             )
         self._check_state(request, store, conversation_id)
         self._unseal_input(request, owner)
-        provider = await app._provider(request.model)
+        provider = await app.provider_for(request.model)
         turn = request.input
         if store is not None and (
             request.previous_response_id is not None
@@ -324,6 +333,20 @@ class ResponsesAPI:
             request.input = [*context, *turn]
         # The Response echoes the tools as the client sent them, whatever the back end is given.
         client_tools = (request.tools, request.tool_choice)
+        # Hosted tools the back end cannot run itself are offered as functions and run by the engine.
+        tool_ctx = RunContext(owner=owner, include=frozenset(request.include))
+        try:
+            plan = await plan_hosted(
+                request,
+                native=provider.capabilities.tool_types,
+                tools=app.hosted_tools,
+                ctx=tool_ctx,
+                drop=app.config.drop_unsupported_tools,
+            )
+        except RequestError as exc:
+            raise HTTPError.from_request_error(exc) from None
+        if plan is not None:
+            provider = Engine(provider, plan, tool_ctx)
         flattening = adapt_tools(
             request, supported=provider.capabilities.tool_types, drop=app.config.drop_unsupported_tools
         )
@@ -471,7 +494,7 @@ class ResponsesAPI:
         """Open the reasoning state this gateway sealed; anything altered (or another owner's) is a 400."""
         sealer: Sealer | None = None
         for index, item in enumerate(request.input):
-            state = _reasoning_state(item)
+            state = reasoning_state(item)
             if state is None:
                 continue
             sealer = sealer or self.app.sealer
@@ -558,13 +581,13 @@ class ResponsesAPI:
             raise not_found(exc) from None
         if ENCRYPTED in include:
             sealer = self.app.sealer
-            page["data"] = [_present_item(item, sealer, owner) for item in page["data"]]
+            page["data"] = [present_item(item, sealer, owner) for item in page["data"]]
         await send_json(send, 200, orjson.dumps(page))
 
     async def _cancel(self, scope: Scope, receive: Receive, send: Send, *, rid: str) -> None:
         store = self._store()
         owner = self.app.owner_for(scope)
-        await self.app._read_body(scope, receive)  # whatever came with it is ignored, as OpenAI does
+        await self.app.read_body(scope, receive)  # whatever came with it is ignored, as OpenAI does
         try:
             response = await store.get_response(owner, rid)
             if not response.get("background"):

@@ -1,0 +1,239 @@
+"""Hosted tools: tools the gateway runs itself, for any model, between model turns.
+
+A hosted tool (``code_interpreter`` today) is offered to a back end that cannot run it as a plain
+function with an exact JSON schema. The model's call to that function is shown to the client as the
+tool's own item (``code_interpreter_call``) by the builder (``StreamBuilder.hosted``); the engine
+(``engine/turns.py``) runs it and gives the model its result in the next turn. A back end that runs
+the tool itself (the OpenAI passthrough) gets the request untouched: native tools stay native.
+
+:func:`plan_hosted` does the request side before anything is sent (so every mistake is a plain 400):
+the tools and ``tool_choice`` the back end gets, and the history rewritten so that earlier hosted calls
+reach it as function calls with their outputs, a form every back end accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol.builder import HostedCall, HostedSpec, Item, StreamBuilder
+from ..protocol.request import RequestError, ResponseRequest
+
+__all__ = ["HostedTool", "HostedUse", "Plan", "RunContext", "plan_hosted"]
+
+JSON = dict[str, Any]
+
+
+@dataclass(slots=True)
+class RunContext:
+    """What a hosted tool knows about the request it runs for."""
+
+    owner: str | None
+    include: frozenset[str]
+
+
+class HostedUse(ABC):
+    """One hosted tool as one request configured it (a container chosen, say): opens items, runs calls."""
+
+    tool: HostedTool
+
+    @abstractmethod
+    def spec(self) -> HostedSpec:
+        """How the builder shows this tool's calls (item type, its opening fields, the streamed argument)."""
+
+    @abstractmethod
+    def run(
+        self, call: HostedCall, item: Item, builder: StreamBuilder, ctx: RunContext
+    ) -> AsyncIterator[None]:
+        """Run one call and close ``item`` with its results, yielding whenever ``builder`` has events
+        to send (``interpreting`` before the work, say). Never raises for what the call's own input
+        does: a failure is the item's result."""
+
+    def citations(self, text: str) -> list[JSON]:
+        """Annotations for an answer's ``text`` (the files this use made, where the text names them)."""
+        return []
+
+    @abstractmethod
+    def skip(self, call: HostedCall, item: Item, builder: StreamBuilder, why: str) -> None:
+        """Close ``item`` as not run (``incomplete``); the model is told ``why``."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release what the request held."""
+
+
+class HostedTool(ABC):
+    """A kind of hosted tool (one instance per gateway)."""
+
+    type: str  # the tool type in ``tools`` ("code_interpreter")
+    kind: str  # the output item type ("code_interpreter_call")
+    function_name: str  # the function the model is offered
+
+    @abstractmethod
+    def function(self, config: JSON) -> JSON:
+        """The function tool the model is offered instead of ``config``."""
+
+    @abstractmethod
+    def unavailable(self) -> str | None:
+        """Why this tool cannot run on this gateway (a 400 says it), or None."""
+
+    @abstractmethod
+    async def use(self, config: JSON, *, param: str, history: list[JSON], ctx: RunContext) -> HostedUse:
+        """This request's use of the tool; raise RequestError (naming ``param``) for a bad config."""
+
+    @abstractmethod
+    def history(self, item: JSON, owner: str | None) -> tuple[JSON, JSON]:
+        """One of this tool's items (from an earlier turn or response) as input a back end accepts:
+        the function call the model made and its output. Raises RequestError for a malformed item."""
+
+
+@dataclass(slots=True)
+class Plan:
+    """The hosted tools of one request and the request as its back end gets it."""
+
+    uses: dict[str, HostedUse] = field(default_factory=dict)  # function name -> use
+    kinds: dict[str, HostedTool] = field(default_factory=dict)  # item type -> tool, for history
+    # The function tools that stand for hosted tools, and what tool_choice becomes after a turn that
+    # called one (a forced choice is honoured once, then the model decides).
+    functions: list[JSON] = field(default_factory=list)
+    later_choice: str | JSON = "auto"
+
+    def install(self, builder: StreamBuilder) -> None:
+        builder.hosted = {name: use.spec() for name, use in self.uses.items()}
+        if self.uses:
+            builder.annotate_text = self.citations
+
+    def citations(self, text: str) -> list[JSON]:
+        return [a for use in self.uses.values() for a in use.citations(text)]
+
+    def history(self, items: list[JSON], owner: str | None) -> list[JSON]:
+        """``items`` with every hosted item rewritten as its function call and output. A run of
+        hosted items (parallel calls of one turn) gives all its calls, then all its outputs, so the
+        back end sees one assistant turn."""
+        out: list[JSON] = []
+        calls: list[JSON] = []
+        outputs: list[JSON] = []
+        for i, item in enumerate(items):
+            tool = self.kinds.get(item.get("type", ""))
+            if tool is None:
+                out.extend(calls)
+                out.extend(outputs)
+                calls, outputs = [], []
+                out.append(item)
+                continue
+            try:
+                call, output = tool.history(item, owner)
+            except RequestError as exc:
+                raise RequestError(exc.message, param=f"input[{i}]{exc.param or ''}") from None
+            calls.append(call)
+            outputs.append(output)
+        out.extend(calls)
+        out.extend(outputs)
+        return out
+
+    def without_tools(self, request: ResponseRequest) -> ResponseRequest:
+        """``request`` for a last turn that answers without calling (max_tool_calls reached, too many
+        turns): the tools stay declared (a history with tool calls needs them on some back ends,
+        Anthropic's among them) and ``tool_choice`` is ``none``."""
+        return dataclasses.replace(request, tool_choice="none")
+
+    async def aclose(self) -> None:
+        for use in self.uses.values():
+            await use.aclose()
+
+
+async def plan_hosted(
+    request: ResponseRequest,
+    *,
+    native: Collection[str],
+    tools: Mapping[str, HostedTool],
+    ctx: RunContext,
+    drop: Collection[str] = (),
+) -> Plan | None:
+    """Rewrite ``request`` in place for a back end that runs the tool types ``native`` itself.
+
+    Returns None when nothing is hosted (no hosted tool offered, no hosted item in the history).
+    Raises RequestError (400) for a hosted tool this gateway cannot run or a bad configuration. A tool
+    that cannot run here but whose type is in ``drop`` (``serve --drop-unsupported-tool``) is left in
+    the request for the server to drop.
+    """
+    hosted = {t: tool for t, tool in tools.items() if t not in native}
+    if not hosted:
+        return None
+    offered = [(i, t) for i, t in enumerate(request.tools) if t.get("type") in hosted]
+    kinds = {tool.kind: tool for tool in hosted.values()}
+    in_history = any(item.get("type") in kinds for item in request.input)
+    if not offered and not in_history:
+        return None
+    plan = Plan(kinds=kinds)
+    original = request.input
+    if in_history:
+        request.input = plan.history(request.input, ctx.owner)
+        if not offered and not request.tools:
+            # Tool calls in the history need a declared tool on some back ends (Anthropic refuses
+            # tool_use blocks without ``tools``): declared, not callable.
+            request.tools = [
+                tool.function({}) for tool in hosted.values() if tool.kind in _kinds_in(original)
+            ]
+            request.tool_choice = "none"
+    names = {t.get("name") for t in request.tools if t.get("type") == "function"}
+    replaced: dict[int, JSON] = {}
+    try:
+        for i, config in offered:
+            tool = hosted[config["type"]]
+            why = tool.unavailable()
+            if why is not None and tool.type in drop:
+                continue
+            if why is not None:
+                raise RequestError(
+                    f"The {tool.type} tool is not available on this gateway: {why}", param=f"tools[{i}]"
+                )
+            if tool.function_name in plan.uses:
+                raise RequestError(f"Only one {tool.type} tool may be given.", param=f"tools[{i}]")
+            if tool.function_name in names:
+                raise RequestError(
+                    f"A function tool is named {tool.function_name!r}, the name the {tool.type} tool "
+                    "is offered to the model under; rename the function.",
+                    param=f"tools[{i}]",
+                )
+            plan.uses[tool.function_name] = await tool.use(
+                config, param=f"tools[{i}]", history=original, ctx=ctx
+            )
+            replaced[i] = tool.function(config)
+    except BaseException:
+        await plan.aclose()
+        raise
+    plan.functions = list(replaced.values())
+    request.tools = [replaced.get(i, t) for i, t in enumerate(request.tools)]
+    choice = request.tool_choice
+    if isinstance(choice, dict) and choice.get("type") in hosted:
+        tool = hosted[choice["type"]]
+        if tool.function_name not in plan.uses and tool.type in drop:
+            return plan if plan.uses or in_history else None
+        if tool.function_name not in plan.uses:
+            await plan.aclose()
+            raise RequestError(
+                f"tool_choice names {tool.type}, which is not among the tools.", param="tool_choice"
+            )
+        request.tool_choice = {"type": "function", "name": tool.function_name}
+    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = [
+            {"type": "function", "name": hosted[t["type"]].function_name} if t.get("type") in hosted else t
+            for t in choice.get("tools", [])
+        ]
+        request.tool_choice = {**choice, "tools": allowed}
+    # A forced choice is honoured for the first turn; after a hosted call the model decides (else it
+    # would be forced to call again, turn after turn). A list of allowed tools stays.
+    later = request.tool_choice
+    if later == "required" or (isinstance(later, dict) and later.get("type") != "allowed_tools"):
+        later = "auto"
+    plan.later_choice = later
+    if not plan.uses and not in_history:
+        return None  # every hosted tool was left for the server to drop
+    return plan
+
+
+def _kinds_in(items: list[JSON]) -> set[str]:
+    return {str(item.get("type")) for item in items}
