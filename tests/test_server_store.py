@@ -1036,7 +1036,7 @@ def test_the_end_of_a_response_survives_a_database_hiccup(tmp_path: Path) -> Non
             await store.create_response("o", builder.snapshot(), request={}, input_items=[user("x")])
             recorder = store.recorder(builder.response["id"])
             recorder.add_nowait(builder.take())
-            real = store._write_events
+            real = store.events.write_events
             failures = [1]
 
             async def flaky(response_id: str, events: list[JSON], final: JSON | None) -> bool:
@@ -1045,7 +1045,7 @@ def test_the_end_of_a_response_survives_a_database_hiccup(tmp_path: Path) -> Non
                     raise OSError("database went away for a moment")
                 return await real(response_id, events, final)
 
-            store._write_events = flaky  # type: ignore[method-assign]
+            store.events.write_events = flaky  # type: ignore[method-assign]
             builder.message("hi")
             builder.complete()
             await recorder.add(builder.take())

@@ -36,7 +36,7 @@ def _stream(script: list[JSON]) -> list[JSON]:
 
 
 def _recovered(cut: list[JSON]) -> list[JSON]:
-    """What the store appends after a crash (see Store._fail_orphan), for a checked replay."""
+    """What the store appends after a crash (see store/lease.py, Lease._fail_orphan), for a checked replay."""
     last = cut[-1]["sequence_number"]
     closing, output = close_open_items(cut, last + 1)
     response = {**cut[0]["response"], "status": "failed", "output": output, "error": {"code": "server_error"}}

@@ -19,8 +19,10 @@ from .errors import (
     ResponseNotFound,
     StoreError,
 )
+from .events import EventRecorder
 from .live import LiveLog, LocalLiveLog, RedisLiveLog
-from .store import RUNNING, TERMINAL, TERMINAL_EVENTS, EventRecorder, Store, apply_include
+from .rows import RUNNING, TERMINAL, TERMINAL_EVENTS, apply_include
+from .store import Store
 
 __all__ = [
     "RUNNING",

@@ -1,0 +1,703 @@
+"""The event log of stored responses (``rg_events``): the writer, the reader, compaction.
+
+:class:`EventRecorder` keeps one running response's events (live at once, in the database in
+batches); :class:`Events` is the store's side of it: the group writer that writes the pending events of
+every running response in one transaction, the end of a response (final status, output items and
+conversation append, with :func:`~.responses.write_final`, before followers see the terminal event),
+the size limit, ends kept for a retry while the database is down, ``stream_events`` (the database, then
+the live log) and compaction of a finished response's text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import orjson
+
+from ..protocol.builder import error_event
+from .compaction import compact, expand, has_refs
+from .db import Database, Tx
+from .errors import ResponseNotFound
+from .live import LiveLog, LocalLiveLog
+from .recovery import close_open_items
+from .responses import OUTPUT_IN_ITEMS, CancelSignals, whole_response, write_final
+from .rows import JSON, OUTPUT, RUNNING, TERMINAL, TERMINAL_EVENTS, dumps, with_id
+
+__all__ = [
+    "COMPACT_FROM_BYTES",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "TRANSITIONS",
+    "EventRecorder",
+    "Events",
+    "HasEvents",
+]
+
+log = logging.getLogger("responses_gateway.store")
+
+# The statuses a response may move to from each status; anything else is ignored (a late snapshot
+# from a cancelled worker must not resurrect it).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"queued", "in_progress", *TERMINAL}),
+    "in_progress": frozenset({"in_progress", *TERMINAL}),
+}
+_LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"}) | TERMINAL_EVENTS
+
+_INSERT_EVENT_IF_RUNNING = (
+    "INSERT INTO rg_events (response_id, seq, event) SELECT ?, ?, ? WHERE EXISTS"
+    " (SELECT 1 FROM rg_responses WHERE id = ? AND status IN ('queued', 'in_progress'))"
+)
+# A response still running and in no conversation (the one-trip end on SQLite).
+_RUNNING_ALONE = (
+    "SELECT 1 FROM rg_responses WHERE id = ? AND status IN ('queued', 'in_progress')"
+    " AND conversation_id IS NULL"
+)
+
+# The most one stored response may take in the event log (serve --store-max-response-bytes).
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+# Below this much output (as JSON) a response is left whole: its copies cost little, and compacting
+# (reading its events back, rewriting them) would cost every short response more than it saves.
+COMPACT_FROM_BYTES = 32 * 1024
+
+
+def _worth_compacting(snapshot: JSON | None) -> bool:
+    output = snapshot.get("output") if snapshot is not None else None
+    return bool(output) and len(dumps(output)) >= COMPACT_FROM_BYTES
+
+
+def _snapshot_of(events: list[JSON]) -> JSON | None:
+    """The latest lifecycle snapshot (``response.created``/``in_progress``/terminal) among ``events``."""
+    for event in reversed(events):
+        if event.get("type") in _LIFECYCLE and isinstance(event.get("response"), dict):
+            snapshot: JSON = event["response"]
+            return snapshot
+    return None
+
+
+class Events:
+    """Writes, reads and compacts the events of stored responses (see the module's docstring)."""
+
+    def __init__(
+        self,
+        db: Database,
+        live: LiveLog,
+        cancels: CancelSignals,
+        *,
+        background: set[asyncio.Task[None]],
+        flush_interval: float = 0.05,
+        flush_events: int = 256,
+        poll_interval: float = 0.5,
+        max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
+        if max_response_bytes is not None and max_response_bytes <= 0:
+            raise ValueError("max_response_bytes must be positive (None: no limit)")
+        self.db = db
+        self.live = live
+        self.cancels = cancels
+        # The store's background tasks (awaited by Store.close): here, compactions.
+        self._background = background
+        self.flush_interval = flush_interval
+        self.flush_events = flush_events
+        self.poll_interval = poll_interval
+        # The most one response may take in the event log (see _within_limit); what running ones
+        # have taken, and those past it (the last sequence number stored).
+        self.max_response_bytes = max_response_bytes
+        self._sizes: dict[str, int] = {}
+        self._over: dict[str, int] = {}
+        # Ends of responses the database refused (it was down): written by the heartbeat once it is back.
+        self._unwritten_ends: dict[str, tuple[list[JSON], JSON | None]] = {}
+        # Recorders with events not yet in the database, written together (see _write_group).
+        self._dirty: dict[EventRecorder, None] = {}
+        self._group_timer: asyncio.TimerHandle | None = None
+        self._group_task: asyncio.Task[None] | None = None
+
+    async def close(self) -> None:
+        """Write what is pending now, so recovery finds every event a client was sent."""
+        if self._group_timer is not None:
+            self._group_timer.cancel()
+            self._group_timer = None
+        with contextlib.suppress(Exception):
+            if self._group_task is not None and not self._group_task.done():
+                await self._group_task
+            await self._write_group()
+
+    # ------------------------------------------------------------------------------ ends kept for later
+    def retry_end_later(self, response_id: str, events: list[JSON], final: JSON | None) -> None:
+        """Keep the end of a response the database would not take (see :meth:`retry_ends`)."""
+        self._unwritten_ends[response_id] = (events, final)
+
+    async def retry_ends(self) -> int:
+        """Write the ends the database refused earlier (called by the heartbeat and at close); the
+        number written. Until then such a response reads ``in_progress``; never for good."""
+        written = 0
+        for response_id, (events, final) in list(self._unwritten_ends.items()):
+            await self.write_events(response_id, events, final)
+            del self._unwritten_ends[response_id]
+            self.compact_soon(response_id)
+            written += 1
+        return written
+
+    # ------------------------------------------------------------------------------ group writer
+    def mark_dirty(self, recorder: EventRecorder) -> None:
+        """``recorder`` has pending events: they go out with the next group write (``flush_interval``)."""
+        self._dirty[recorder] = None
+        if self._group_timer is None and (self._group_task is None or self._group_task.done()):
+            loop = asyncio.get_running_loop()
+            self._group_timer = loop.call_later(self.flush_interval, self._start_group)
+
+    def _start_group(self) -> None:
+        self._group_timer = None
+        self._group_task = asyncio.get_running_loop().create_task(self._run_group(), name="rg-store-flush")
+
+    async def _run_group(self) -> None:
+        try:
+            await self._write_group()
+        except Exception:
+            log.exception("writing the events of running responses failed (kept for the next write)")
+        finally:
+            self._group_task = None
+            if self._dirty and self._group_timer is None:
+                loop = asyncio.get_running_loop()
+                self._group_timer = loop.call_later(self.flush_interval, self._start_group)
+
+    async def _write_group(self) -> None:
+        """Write the pending events of every running response here in ONE transaction.
+
+        One write every ``flush_interval`` for all responses, instead of one per response: with many
+        concurrent streams this is what keeps the store off the hot path. Each recorder's lock is held
+        across the write, so a response's end (written under the same lock) always comes after.
+        A failed write puts the events back; the next write (or the response's end) retries them.
+        """
+        taken: list[tuple[EventRecorder, list[JSON]]] = []
+        dirty, self._dirty = self._dirty, {}
+        for recorder in dirty:
+            if recorder._lock.locked():
+                # It is writing on its own (its end, or a flush): it takes its pending events itself.
+                if recorder._pending:
+                    self._dirty[recorder] = None
+                continue
+            await recorder._lock.acquire()  # free, checked just above: this does not suspend
+            events, recorder._pending = recorder._pending, []
+            taken.append((recorder, events))
+        try:
+            batches = [(r.response_id, events) for r, events in taken if events]
+            if batches:
+                await self._write_batches(batches)
+        except BaseException:
+            for recorder, events in taken:
+                recorder._pending[:0] = events
+                if recorder._pending and not recorder._done:
+                    self._dirty[recorder] = None
+            raise
+        finally:
+            for recorder, _ in taken:
+                recorder._lock.release()
+
+    async def _write_batches(self, batches: list[tuple[str, list[JSON]]]) -> None:
+        """Append the events of several running responses (and their in-progress snapshots) at once."""
+        sizes: dict[str, int] = {}
+        if self.max_response_bytes is not None:
+            limited = []
+            for rid, events in batches:
+                kept, _, sizes[rid] = self._within_limit(rid, events, None)
+                limited.append((rid, kept))
+            batches = limited
+        await self._write_batches_within_limit(batches)
+        self._sizes.update(sizes)
+
+    async def _write_batches_within_limit(self, batches: list[tuple[str, list[JSON]]]) -> None:
+        if self.db.dialect == "sqlite":
+            snapshots = [_snapshot_of(events) for _, events in batches]
+            if not any(snap is not None and snap.get("status") in TERMINAL for snap in snapshots):
+                await self._write_batches_sqlite(batches, snapshots)
+                return
+        ids = list(dict.fromkeys(rid for rid, _ in batches))
+        async with self.db.transaction() as tx:
+            status: dict[str, str] = {}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                rows = await tx.fetch(
+                    f"SELECT id, status FROM rg_responses WHERE id IN ({marks})" + self.db.for_update,
+                    *chunk,
+                )
+                status.update({str(rid): str(st) for rid, st in rows})
+            rows_out: list[tuple[str, int, str]] = []
+            for rid, events in batches:
+                current = status.get(rid)
+                # Deleted, or already ended (cancelled while queued, failed by recovery): nothing to add.
+                if current not in RUNNING:
+                    continue
+                rows_out.extend((rid, int(e["sequence_number"]), dumps(e)) for e in events)
+                snapshot = _snapshot_of(events)
+                if snapshot is not None and snapshot.get("status") in TRANSITIONS[current]:
+                    if snapshot["status"] in TERMINAL:
+                        await write_final(self.db, tx, rid, snapshot)
+                        status[rid] = str(snapshot["status"])
+                    else:
+                        await tx.write(
+                            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
+                            snapshot["status"],
+                            dumps(snapshot),
+                            time.time(),
+                            rid,
+                        )
+                        status[rid] = str(snapshot["status"])
+            if rows_out:
+                await tx.writemany(
+                    "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)", rows_out
+                )
+
+    async def _write_batches_sqlite(
+        self, batches: list[tuple[str, list[JSON]]], snapshots: list[JSON | None]
+    ) -> None:
+        """:meth:`_write_batches` in one trip to the database thread: each statement checks the status
+        itself. ``BEGIN IMMEDIATE`` holds the file's write lock, so no other writer (another process
+        included) can change a status between those checks and the commit."""
+        async with self.db.transaction() as tx:
+            rows = [
+                (rid, int(e["sequence_number"]), dumps(e), rid) for rid, events in batches for e in events
+            ]
+            if rows:
+                # Deleted, or already ended (cancelled while queued, failed by recovery): nothing is added.
+                await tx.writemany(_INSERT_EVENT_IF_RUNNING, rows)
+            for (rid, _), snapshot in zip(batches, snapshots, strict=True):
+                if snapshot is None:
+                    continue
+                status = snapshot.get("status")
+                sources = [old for old, allowed in TRANSITIONS.items() if status in allowed]
+                if not sources:
+                    continue
+                marks = ", ".join("?" * len(sources))
+                await tx.write(
+                    "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?"
+                    f" WHERE id = ? AND status IN ({marks})",
+                    status,
+                    dumps(snapshot),
+                    time.time(),
+                    rid,
+                    *sources,
+                )
+
+    # ------------------------------------------------------------------------------ one response
+    async def write_events(self, response_id: str, events: list[JSON], final: JSON | None) -> bool:
+        """Append events and apply the latest lifecycle snapshot among them, in one transaction."""
+        snapshot = final if final is not None else _snapshot_of(events)
+        size = None
+        if self.max_response_bytes is not None:
+            events, snapshot, size = self._within_limit(response_id, events, snapshot)
+            if response_id in self._over and snapshot is not None and snapshot.get("status") in TERMINAL:
+                events, snapshot = await self._end_over_limit(response_id, events, snapshot)
+        written = await self._write_events_within_limit(response_id, events, snapshot)
+        if size is not None:
+            if snapshot is not None and snapshot.get("status") in TERMINAL:
+                self._sizes.pop(response_id, None)
+                self._over.pop(response_id, None)
+            else:
+                self._sizes[response_id] = size
+        return written
+
+    def _within_limit(
+        self, response_id: str, events: list[JSON], snapshot: JSON | None
+    ) -> tuple[list[JSON], JSON | None, int]:
+        """The events to store for ``response_id`` within ``max_response_bytes``, and its size after
+        them (recorded by the caller once written, so a retried write is not counted twice). Past the
+        limit nothing more of the response is stored; the client's stream is not affected (see
+        :meth:`_end_over_limit` for its end)."""
+        limit = self.max_response_bytes
+        size = self._sizes.get(response_id, 0)
+        if limit is None:
+            return events, snapshot, size
+        if response_id in self._over:
+            return [], snapshot, size
+        for i, event in enumerate(events):
+            size += len(dumps(event))
+            if size > limit:
+                self._over[response_id] = int(event["sequence_number"]) - 1
+                return events[:i], snapshot, size
+        return events, snapshot, size
+
+    async def _end_over_limit(
+        self, response_id: str, kept: list[JSON], snapshot: JSON
+    ) -> tuple[list[JSON], JSON]:
+        """The stored end of a response that outgrew the store: what is stored is closed properly
+        (open items end ``incomplete``, as after a crash) and followed by an ``error`` and
+        ``response.failed`` saying it was not stored in full; the stored Response says the same."""
+        last = self._over[response_id]
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT event FROM rg_events WHERE response_id = ? ORDER BY seq", response_id
+            )
+        stored = [orjson.loads(text) for (text,) in rows] + kept
+        closing, output = close_open_items(stored, last + 1)
+        message = (
+            f"The response was larger than the store's limit ({self.max_response_bytes} bytes): the client "
+            "received it whole, but it was not stored in full."
+        )
+        failed = {**snapshot, "status": "failed", "output": output}
+        failed["error"] = {"code": "server_error", "message": message}
+        failed.pop("incomplete_details", None)
+        seq = last + 1 + len(closing)
+        tail = [
+            *closing,
+            {**error_event("server_error", message), "sequence_number": seq},
+            {"type": "response.failed", "sequence_number": seq + 1, "response": failed},
+        ]
+        return [*kept, *tail], failed
+
+    async def _write_events_within_limit(
+        self, response_id: str, events: list[JSON], snapshot: JSON | None
+    ) -> bool:
+        async with self.db.transaction() as tx:
+            if (
+                self.db.dialect == "sqlite"
+                and snapshot is not None
+                and snapshot.get("status") in TERMINAL
+                and await self._end_in_one_trip(tx, response_id, events, snapshot)
+            ):
+                return True
+            row = await tx.fetchone(
+                "SELECT status, owner, conversation_id FROM rg_responses WHERE id = ?" + self.db.for_update,
+                response_id,
+            )
+            # Deleted, or already ended (cancelled while queued, failed by recovery): nothing to add.
+            if row is None or row[0] not in RUNNING:
+                return False
+            if events:
+                await tx.writemany(
+                    "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)",
+                    [(response_id, int(e["sequence_number"]), dumps(e)) for e in events],
+                )
+            if snapshot is not None and snapshot.get("status") in TRANSITIONS[row[0]]:
+                if snapshot["status"] in TERMINAL:
+                    await write_final(self.db, tx, response_id, snapshot, owner=(row[1], row[2]))
+                else:
+                    await tx.write(
+                        "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
+                        snapshot["status"],
+                        dumps(snapshot),
+                        time.time(),
+                        response_id,
+                    )
+        return True
+
+    async def _end_in_one_trip(self, tx: Tx, response_id: str, events: list[JSON], response: JSON) -> bool:
+        """The end of a running response outside any conversation, as one trip to the SQLite thread.
+
+        What :meth:`write_events` + :meth:`_write_final` do, with every statement checking for itself
+        that the response is still running and in no conversation (``BEGIN IMMEDIATE`` holds the file's
+        write lock, so that cannot change in between); the final UPDATE comes last and says whether it
+        all applied. False: nothing was written (the caller goes the general way, same transaction).
+        """
+        args = (response_id,)
+        outputs = [with_id(item) for item in response.get("output") or []]
+        await tx.write(
+            "DELETE FROM rg_items WHERE response_id = ? AND kind = 1 AND EXISTS (" + _RUNNING_ALONE + ")",
+            response_id,
+            *args,
+        )
+        if outputs:
+            await tx.writemany(
+                "INSERT INTO rg_items (response_id, kind, position, id, owner, item)"
+                " SELECT ?, ?, ?, ?, owner, ? FROM rg_responses WHERE id = ?"
+                " AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
+                [(response_id, OUTPUT, i, it["id"], dumps(it), response_id) for i, it in enumerate(outputs)],
+            )
+        if events:
+            await tx.writemany(
+                "INSERT INTO rg_events (response_id, seq, event) SELECT ?, ?, ? WHERE EXISTS ("
+                + _RUNNING_ALONE
+                + ")",
+                [(response_id, int(e["sequence_number"]), dumps(e), response_id) for e in events],
+            )
+        changed = await tx.execute(
+            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
+            " WHERE id = ? AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
+            response["status"],
+            dumps(response),
+            time.time(),
+            response_id,
+        )
+        return changed > 0
+
+    # ------------------------------------------------------------------------------ reading
+    async def stream_events(
+        self, owner: str, response_id: str, *, starting_after: int = -1
+    ) -> AsyncIterator[JSON]:
+        """Every event after ``starting_after``, stored then live, until the response ends.
+
+        Works from any instance: the database holds a prefix of the events, the live log (Redis when
+        configured) all of them while running; sequence numbers join the two without gap or repeat.
+        """
+        last = starting_after
+        status, stored = await self._events_after(owner, response_id, last)
+        for event in stored:
+            yield event
+            last = int(event["sequence_number"])
+            if event.get("type") in TERMINAL_EVENTS:
+                return
+        if status in TERMINAL:
+            return
+        while True:
+            events, ended = await self.live.read(response_id, last, self.poll_interval)
+            for event in events:
+                seq = int(event["sequence_number"])
+                if seq <= last:
+                    continue
+                yield event
+                last = seq
+                if event.get("type") in TERMINAL_EVENTS:
+                    return
+            if events and not ended:
+                continue
+            # Idle or ended: the database is the authority (a crash, or a cancel with no final event).
+            try:
+                status, stored = await self._events_after(owner, response_id, last)
+            except ResponseNotFound:
+                return
+            for event in stored:
+                yield event
+                last = int(event["sequence_number"])
+                if event.get("type") in TERMINAL_EVENTS:
+                    return
+            if status in TERMINAL or ended:
+                return
+
+    async def _events_after(self, owner: str, response_id: str, after: int) -> tuple[str, list[JSON]]:
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner
+            )
+            if row is None:
+                raise ResponseNotFound(response_id)
+            rows = await tx.fetch(
+                "SELECT event FROM rg_events WHERE response_id = ? AND seq > ? ORDER BY seq",
+                response_id,
+                after,
+            )
+            events = [orjson.loads(text) for (text,) in rows]
+            if any(has_refs(event) for event in events):
+                # A compacted response: its events point into the final Response.
+                stored = await tx.fetchone("SELECT response FROM rg_responses WHERE id = ?", response_id)
+                assert stored is not None
+                whole = await whole_response(tx, response_id, stored[0])
+                events = [expand(event, whole) if has_refs(event) else event for event in events]
+        return str(row[0]), events
+
+    # ------------------------------------------------------------------------------ compaction
+    async def compact_response(self, response_id: str) -> bool:
+        """Store a finished response's text once (store/compaction.py): its events refer into the
+        final Response, whose output lives in its output items only. False if there was nothing to do
+        (still running, gone, or done already)."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status, response FROM rg_responses WHERE id = ?" + self.db.for_update, response_id
+            )
+            if row is None or row[0] not in TERMINAL:
+                return False
+            response: JSON = orjson.loads(row[1])
+            if not isinstance(response.get("output"), list):
+                return False
+            items = await tx.fetch(
+                "SELECT item FROM rg_items WHERE response_id = ? AND kind = 1 ORDER BY position", response_id
+            )
+            rows = await tx.fetch(
+                "SELECT seq, event FROM rg_events WHERE response_id = ? ORDER BY seq", response_id
+            )
+            events = [orjson.loads(text) for _, text in rows]
+            changed = compact(events, response)
+            if changed:
+                await tx.writemany(
+                    "UPDATE rg_events SET event = ? WHERE response_id = ? AND seq = ?",
+                    [(dumps(event), response_id, rows[i][0]) for i, event in changed.items()],
+                )
+            if response["output"] and [orjson.loads(text) for (text,) in items] == response["output"]:
+                await tx.write(
+                    "UPDATE rg_responses SET response = ? WHERE id = ?",
+                    dumps({**response, "output": OUTPUT_IN_ITEMS}),
+                    response_id,
+                )
+        return True
+
+    def compact_soon(self, response_id: str) -> None:
+        """:meth:`compact_response` in the background (a failure leaves the response whole)."""
+
+        async def run() -> None:
+            try:
+                await self.compact_response(response_id)
+            except Exception:
+                log.warning("compacting stored response %s failed", response_id, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+class HasEvents(Protocol):
+    """What an :class:`EventRecorder` is made from: the :class:`~.store.Store` (or anything holding its
+    :class:`Events`)."""
+
+    @property
+    def events(self) -> Events: ...
+
+
+class EventRecorder:
+    """Keeps one running response's events: live at once, in the database in batches.
+
+    ``recorder.add_nowait(builder.take())`` after each provider step queues the events without
+    waiting (safe to call from any task, and from a timer callback: order is the order of the calls).
+    With the in-process live log the events are published on the spot (followers see them at once)
+    and the step costs a list append: no task, no future. With Redis one pump task per response
+    publishes them in order. Either way the database gets them with the store's next group write
+    (every ``flush_interval`` seconds, one transaction for all running responses; see
+    ``Events._write_group``), or at once when ``flush_events`` are pending. A terminal event
+    (``response.completed``/``incomplete``/``failed``) is written with the final status, output items
+    and conversation append in one transaction before followers see it; ``final`` overrides that
+    snapshot (a stopped response stored as ``cancelled``).
+    ``await recorder.add(events)`` queues and waits; :meth:`drain` waits for what is queued;
+    :meth:`finish` ends a response that has no terminal event to send.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_done",
+        "_events",
+        "_flushing",
+        "_local",
+        "_lock",
+        "_outbox",
+        "_pending",
+        "_pump",
+        "recorded",
+        "response_id",
+        "store",
+    )
+
+    def __init__(self, store: HasEvents, response_id: str) -> None:
+        self.store = store
+        self._events = store.events
+        self.response_id = response_id
+        self._outbox: list[tuple[list[JSON], JSON | None]] = []
+        self._pending: list[JSON] = []
+        self._lock = asyncio.Lock()
+        self._pump: asyncio.Task[None] | None = None
+        self._flushing: asyncio.Task[None] | None = None
+        live = self._events.live
+        self._local = live if isinstance(live, LocalLiveLog) else None
+        self._closed = False
+        self._done = False
+        self.recorded = 0
+
+    @property
+    def ended(self) -> bool:
+        """The final state is written (or the response was gone)."""
+        return self._done
+
+    def add_nowait(self, events: list[JSON], final: JSON | None = None) -> None:
+        """Queue events (in sequence order) and, with ``final``, the end of the response."""
+        if self._closed or (not events and final is None):
+            return
+        self.recorded += len(events)
+        terminal = final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events)
+        if terminal:
+            self._closed = True
+        elif self._local is not None and not self._outbox and (self._pump is None or self._pump.done()):
+            # The hot path: publish in place, leave the write to the store's group writer.
+            self._local.publish_nowait(self.response_id, events)
+            self._queue(events)
+            return
+        self._outbox.append((events, final))
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    def _queue(self, events: list[JSON]) -> None:
+        self._pending.extend(events)
+        if len(self._pending) >= self._events.flush_events:
+            if self._flushing is None or self._flushing.done():
+                self._flushing = asyncio.get_running_loop().create_task(self.flush())
+        else:
+            self._events.mark_dirty(self)
+
+    async def add(self, events: list[JSON], final: JSON | None = None) -> None:
+        """Queue events and wait until they are published (and, at the end, written)."""
+        self.add_nowait(events, final)
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Wait for everything queued so far; a cancelled caller does not cancel the writing."""
+        while self._pump is not None and not self._pump.done():
+            await asyncio.shield(self._pump)
+        if self._pump is not None and self._pump.done() and not self._pump.cancelled():
+            error = self._pump.exception()
+            if error is not None:
+                self._pump = None
+                raise error
+
+    async def _run(self) -> None:
+        while self._outbox:
+            events, final = self._outbox.pop(0)
+            if final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events):
+                # The end is written before followers see it: whoever reads the response after its
+                # terminal event finds it finished.
+                self._pending.extend(events)
+                await self._end(final, events)
+                return
+            if events:
+                await self._events.live.publish(self.response_id, events)
+                self._queue(events)
+
+    async def flush(self) -> None:
+        """Write what is pending now."""
+        async with self._lock:
+            events, self._pending = self._pending, []
+            if events:
+                try:
+                    await self._events.write_events(self.response_id, events, None)
+                except BaseException:
+                    self._pending[:0] = events  # kept for the next write (or the end)
+                    raise
+
+    async def finish(self, response: JSON) -> None:
+        """End with ``response`` as the final snapshot (status cancelled, or any terminal status)."""
+        self.add_nowait([], response)
+        await self.drain()
+
+    async def _end(self, final: JSON | None, last: list[JSON]) -> None:
+        try:
+            async with self._lock:
+                events, self._pending = self._pending, []
+                # The end is one transaction, so a failed attempt left nothing and is simply retried:
+                # a database hiccup must not leave the response "in_progress" for good.
+                written = False
+                for delay in (0.1, 0.5, 2.0, None):
+                    try:
+                        await self._events.write_events(self.response_id, events, final)
+                        written = True
+                        break
+                    except Exception:
+                        if delay is None:
+                            # The database is down for longer: the client still gets its end, and the
+                            # heartbeat writes this one as soon as the database answers again.
+                            log.exception(
+                                "writing the end of response %s failed; will retry", self.response_id
+                            )
+                            self._events.retry_end_later(self.response_id, events, final)
+                            break
+                        await asyncio.sleep(delay)
+            self._done = True
+            if written and _worth_compacting(final if final is not None else _snapshot_of(events)):
+                self._events.compact_soon(self.response_id)
+        finally:
+            self._events._dirty.pop(self, None)
+            try:
+                if last:
+                    await self._events.live.publish(self.response_id, last)
+                await self._events.live.end(self.response_id)
+            finally:
+                self._events.cancels.forget(self.response_id)
