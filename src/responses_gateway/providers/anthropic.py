@@ -23,7 +23,7 @@ import base64
 import binascii
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -31,11 +31,12 @@ import orjson
 
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
-from ..redaction import credentials
-from .base import Capabilities, Provider, ProviderError
+from ..protocol.sse import SSEMessage
+from .base import Capabilities, ProviderError
 from .custom_tools import InputStream
-from .transport import Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, redact_url, translate
+from .http_base import HTTPProvider
+from .transport import Timeouts, Transport, UpstreamResponse
+from .upstream_errors import from_error_payload, translate
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -596,7 +597,10 @@ class _Turn:
         self.usage: JSON = {}
         self.stop_reason: str | None = None
         self.stop_details: Any = None
-        self.stopped = False
+        self.done = False  # message_stop arrived
+        # Read by HTTPProvider; an error event raises instead (see fail).
+        self.error: ProviderError | None = None
+        self.continuations = 0  # pause_turn continuations sent
         self.content: list[JSON] = []  # this request's blocks, verbatim, for a pause_turn continuation
 
     # ------------------------------------------------------------------ per request
@@ -606,7 +610,7 @@ class _Turn:
         self.usage = {}
         self.stop_reason = None
         self.stop_details = None
-        self.stopped = False
+        self.done = False
 
     def end_request(self) -> None:
         for i, value in enumerate(_usage_totals(self.usage)):
@@ -621,6 +625,15 @@ class _Turn:
         self.b.set_usage(
             inp, out, cached_tokens=cached, reasoning_tokens=thinking, cache_write_tokens=written
         )
+
+    def fail(self, exc: ProviderError) -> None:
+        """End the response with ``exc``, or raise it while no builder call was made (then it is still
+        an HTTP error, which a fallback can act on)."""
+        if not self.emitted:
+            raise exc
+        # What the upstream billed before it failed is still worth reporting.
+        self.apply_usage(partial=True)
+        self.b.fail(exc.code or "server_error", exc.message)
 
     def _touch(self) -> None:
         self.emitted = True
@@ -647,7 +660,7 @@ class _Turn:
             if isinstance(data.get("usage"), dict):
                 self.usage.update({k: v for k, v in data["usage"].items() if v is not None})
         elif kind == "message_stop":
-            self.stopped = True
+            self.done = True
         elif kind == "error":
             raise from_error_payload(data)
         # ping and unknown event types carry nothing for the client.
@@ -963,7 +976,7 @@ def _code_logs(content: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------- provider
-class AnthropicProvider(Provider):
+class AnthropicProvider(HTTPProvider[_Turn]):
     """A Claude model behind the Anthropic Messages API (or a compatible endpoint)."""
 
     name = "anthropic"
@@ -995,27 +1008,30 @@ class AnthropicProvider(Provider):
         sealer: Sealer | None = None,
         prompt_caching: bool = False,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self._transport = transport or Transport()
-        self._owns_transport = transport is None
-        self._timeouts = timeouts
+        super().__init__(
+            base_url=base_url,
+            api_key=api_key,
+            upstream_model=upstream_model,
+            transport=transport,
+            timeouts=timeouts,
+            extra_headers=extra_headers,
+            upstream_name="Anthropic",
+        )
         self._options = _Options(
             upstream_model, default_max_tokens, strict_tools, default_effort, prompt_caching
         )
         self._thinking_output: ThinkingOutput = thinking_output
         self._betas = tuple(betas)
-        self._extra_headers = dict(extra_headers or {})
         self._max_continuations = max_continuations
         self._sealer = sealer
-
-    def __repr__(self) -> str:
-        return f"<AnthropicProvider {redact_url(self.base_url)} model={self._options.upstream_model!r}>"
 
     @property
     def url(self) -> str:
         base = self.base_url
         return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+
+    def endpoint(self, request: ResponseRequest) -> str:
+        return self.url
 
     def headers(self) -> dict[str, str]:
         """Request headers (the key among them: never log this)."""
@@ -1069,68 +1085,32 @@ class AnthropicProvider(Provider):
         """The upstream request body."""
         return build_messages_body(request, sealer=self._sealer, options=self._options)
 
-    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
-        body = self.build_body(request)
-        turn = _Turn(builder, request, self._sealer, self._thinking_output)
-        continuations = 0
-        while True:
-            try:
-                resp = await self._transport.post(self.url, self.headers(), body, timeouts=self._timeouts)
-                if resp.status >= 400:
-                    raw = await resp.read(self._transport.max_error_bytes)
-                    raise from_http(
-                        resp.status, resp.headers, raw, upstream="Anthropic", secrets=self.secrets()
-                    )
-                turn.begin_request()
-                if "json" in resp.headers.get("content-type", ""):
-                    # An endpoint (or proxy) that ignored ``stream: true`` answered with a whole Message.
-                    for event in message_events(await resp.json()):
-                        turn.on_event(event)
-                else:
-                    decoder = self._transport.sse_decoder()
-                    try:
-                        async for chunk in resp.iter_chunks():
-                            for msg in decoder.feed(chunk):
-                                _dispatch(turn, msg.data)
-                            if turn.dirty:
-                                turn.dirty = False
-                                yield
-                            if turn.stopped:
-                                # message_stop is the end, whether or not the upstream closes.
-                                break
-                        else:
-                            for msg in decoder.flush():
-                                _dispatch(turn, msg.data)
-                    finally:
-                        await resp.aclose()
-                if not turn.stopped:
-                    raise ProviderError(
-                        "The Anthropic stream ended before message_stop.", status=502, code="server_error"
-                    )
-                turn.end_request()
-            except ProviderError as exc:
-                if not turn.emitted:
-                    raise
-                # What the upstream billed before it failed is still worth reporting.
-                turn.apply_usage(partial=True)
-                builder.fail(exc.code or "server_error", exc.message)
-                yield
-                return
-            if turn.stop_reason == "pause_turn" and continuations < self._max_continuations:
-                continuations += 1
-                body = _continue_body(body, turn.content)
-                continue
-            break
-        turn.finish()
-        yield
+    def translator(self, request: ResponseRequest, builder: StreamBuilder) -> _Turn:
+        return _Turn(builder, request, self._sealer, self._thinking_output)
 
-    def secrets(self) -> tuple[str, ...]:
-        """The API key and credential headers this provider sends (see redaction.py)."""
-        return credentials(self._api_key, self._extra_headers)
+    def replay(self, turn: _Turn, body: Any) -> None:
+        # An endpoint (or proxy) that ignored ``stream: true`` answered with a whole Message.
+        for event in message_events(body):
+            turn.on_event(event)
 
-    async def aclose(self) -> None:
-        if self._owns_transport:
-            await self._transport.aclose()
+    def dispatcher(self) -> Callable[[_Turn, SSEMessage], None]:
+        return _dispatch
+
+    async def follow_up(self, turn: _Turn, body: JSON) -> tuple[UpstreamResponse, JSON] | None:
+        """A ``pause_turn`` is continued (up to ``max_continuations`` times) with the paused content
+        appended as the assistant's turn; the usage of every request adds up."""
+        if not turn.done:
+            raise ProviderError(
+                "The Anthropic stream ended before message_stop.", status=502, code="server_error"
+            )
+        turn.end_request()
+        if turn.stop_reason != "pause_turn" or turn.continuations >= self._max_continuations:
+            return None
+        turn.continuations += 1
+        body = _continue_body(body, turn.content)
+        resp = await self.open(self.url, body)
+        turn.begin_request()
+        return resp, body
 
 
 def message_events(message: Any) -> list[JSON]:
@@ -1169,9 +1149,9 @@ def message_events(message: Any) -> list[JSON]:
     return events
 
 
-def _dispatch(turn: _Turn, data: str) -> None:
+def _dispatch(turn: _Turn, msg: SSEMessage) -> None:
     try:
-        payload = orjson.loads(data)
+        payload = orjson.loads(msg.data)
     except orjson.JSONDecodeError:
         return
     if isinstance(payload, dict):

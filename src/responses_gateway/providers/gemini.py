@@ -27,7 +27,7 @@ import itertools
 import logging
 import mimetypes
 import re
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
@@ -37,8 +37,8 @@ import orjson
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.response import new_id
-from ..redaction import credentials
-from .base import Capabilities, Provider, ProviderError
+from ..protocol.sse import SSEMessage
+from .base import Capabilities, ProviderError
 from .custom_tools import (
     INPUT_KEY,
     custom_description,
@@ -46,8 +46,9 @@ from .custom_tools import (
     custom_parameters,
     custom_tool_names,
 )
+from .http_base import HTTPProvider
 from .transport import Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, redact_url, translate
+from .upstream_errors import from_error_payload, translate
 
 __all__ = [
     "EFFORT_BUDGETS",
@@ -490,6 +491,7 @@ class GeminiTranslator:
         self.usage: JSON | None = None
         self.grounding: JSON | None = None
         self.error: ProviderError | None = None
+        self.done = False  # the chunk with finishReason (the last one Gemini sends) arrived
         self.dirty = False
 
     def on_chunk(self, chunk: JSON) -> None:
@@ -515,6 +517,7 @@ class GeminiTranslator:
             self.grounding = candidate["groundingMetadata"]
         if candidate.get("finishReason"):
             self.finish_reason = str(candidate["finishReason"])
+            self.done = True
             if candidate.get("finishMessage"):
                 self.finish_message = str(candidate["finishMessage"])
 
@@ -700,7 +703,7 @@ class GeminiTranslator:
 
 
 # ---------------------------------------------------------------------------------------- provider
-class GeminiProvider(Provider):
+class GeminiProvider(HTTPProvider[GeminiTranslator]):
     """A Gemini model behind the Gemini API (or Vertex AI's equivalent endpoint)."""
 
     name = "gemini"
@@ -727,19 +730,18 @@ class GeminiProvider(Provider):
         reasoning_output: ReasoningOutput = "summary",
         extra_headers: dict[str, str] | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self.upstream_model = upstream_model
-        self._transport = transport or Transport()
-        self._owns_transport = transport is None
-        self._timeouts = timeouts
+        super().__init__(
+            base_url=base_url,
+            api_key=api_key,
+            upstream_model=upstream_model,
+            transport=transport,
+            timeouts=timeouts,
+            extra_headers=extra_headers,
+            upstream_name="Gemini",
+        )
         self._thinking_style: ThinkingStyle = thinking_style
         self._include_thoughts = include_thoughts
         self._reasoning_output: ReasoningOutput = reasoning_output
-        self._extra_headers = dict(extra_headers or {})
-
-    def __repr__(self) -> str:
-        return f"<GeminiProvider {redact_url(self.base_url)} model={self.upstream_model!r}>"
 
     def url(self, model: str) -> str:
         """The stream endpoint for ``model`` (``models/`` prefix optional)."""
@@ -790,66 +792,27 @@ class GeminiProvider(Provider):
             include_thoughts=self._include_thoughts,
         )
 
-    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
-        body = self.build_body(request)
-        url = self.url(self.upstream_model or request.model)
-        resp = await self._transport.post(url, self.headers(), body, timeouts=self._timeouts)
-        if resp.status >= 400:
-            raw = await resp.read(self._transport.max_error_bytes)
-            raise from_http(resp.status, resp.headers, raw, upstream="Gemini", secrets=self.secrets())
-        turn = GeminiTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
-        start = builder.sequence_number
-        try:
-            if "json" in resp.headers.get("content-type", ""):
-                # Without alt=sse (a proxy dropped it) the stream endpoint answers with a JSON array.
-                whole = await resp.json()
-                for chunk in whole if isinstance(whole, list) else [whole]:
-                    if isinstance(chunk, dict):
-                        turn.on_chunk(chunk)
-            else:
-                decoder = self._transport.sse_decoder()
-                async for raw_chunk in resp.iter_chunks():
-                    for msg in decoder.feed(raw_chunk):
-                        _dispatch(turn, msg.data)
-                    if turn.error is not None:
-                        break
-                    if turn.dirty:
-                        turn.dirty = False
-                        yield
-                    if turn.finish_reason is not None:
-                        # The chunk with finishReason (and the final usage) is the last one Gemini
-                        # sends: that is the end, whether or not the upstream closes the connection.
-                        break
-                else:
-                    for msg in decoder.flush():
-                        _dispatch(turn, msg.data)
-        except ProviderError as exc:
-            turn.fail(exc)
-            yield
-            return
-        finally:
-            await resp.aclose()
-        if turn.error is not None and builder.sequence_number == start:
-            # The stream's first payload was an error: nothing has been sent, so it is still an HTTP
-            # error, which a fallback can act on (as for Anthropic's overloaded_error over HTTP 200).
-            raise turn.error
-        turn.finish()
-        yield
+    def endpoint(self, request: ResponseRequest) -> str:
+        return self.url(self.upstream_model or request.model)
 
-    def secrets(self) -> tuple[str, ...]:
-        """The API key and credential headers this provider sends (see redaction.py)."""
-        return credentials(self._api_key, self._extra_headers)
+    def translator(self, request: ResponseRequest, builder: StreamBuilder) -> GeminiTranslator:
+        return GeminiTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
 
-    async def aclose(self) -> None:
-        if self._owns_transport:
-            await self._transport.aclose()
+    def replay(self, turn: GeminiTranslator, body: Any) -> None:
+        # Without alt=sse (a proxy dropped it) the stream endpoint answers with a JSON array.
+        for chunk in body if isinstance(body, list) else [body]:
+            if isinstance(chunk, dict):
+                turn.on_chunk(chunk)
+
+    def dispatcher(self) -> Callable[[GeminiTranslator, SSEMessage], None]:
+        return _dispatch
 
 
-def _dispatch(turn: GeminiTranslator, data: str) -> None:
+def _dispatch(turn: GeminiTranslator, msg: SSEMessage) -> None:
     if turn.error is not None:
         return
     try:
-        payload = orjson.loads(data)
+        payload = orjson.loads(msg.data)
     except orjson.JSONDecodeError:
         log.debug("ignoring a chunk that is not JSON")
         return

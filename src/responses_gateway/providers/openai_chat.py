@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -33,8 +33,8 @@ import orjson
 
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import JSON, ResponseRequest
-from ..redaction import credentials
-from .base import Capabilities, Provider, ProviderError
+from ..protocol.sse import SSEMessage
+from .base import Capabilities, ProviderError
 from .custom_tools import (
     InputStream,
     custom_arguments,
@@ -42,7 +42,8 @@ from .custom_tools import (
     custom_parameters,
     custom_tool_names,
 )
-from .transport import StopPumping, Timeouts, Transport
+from .http_base import HTTPProvider
+from .transport import Timeouts, Transport
 from .upstream_errors import from_error_payload, from_http, redact_url, translate
 
 __all__ = [
@@ -899,7 +900,7 @@ def completion_chunks(body: Any) -> list[JSON]:
 
 
 # ---------------------------------------------------------------------------------------- provider
-class OpenAIChatProvider(Provider):
+class OpenAIChatProvider(HTTPProvider[ChatTranslator]):
     """A model behind a Chat Completions endpoint."""
 
     name = "openai-chat"
@@ -912,6 +913,7 @@ class OpenAIChatProvider(Provider):
         images=True,
         tool_types=frozenset({"function", "custom"}),
     )
+    push_relay = True
 
     def __init__(
         self,
@@ -927,24 +929,25 @@ class OpenAIChatProvider(Provider):
         upstream_name: str = "The upstream",
         **dialect_options: Any,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self.upstream_model = upstream_model
         self.dialect = replace(dialect or ChatDialect(), **dialect_options)
-        self._transport = transport or Transport()
-        self._owns_transport = transport is None
-        self._timeouts = timeouts
+        super().__init__(
+            base_url=base_url,
+            api_key=api_key,
+            upstream_model=upstream_model,
+            transport=transport,
+            timeouts=timeouts,
+            extra_headers=extra_headers,
+            upstream_name=upstream_name,
+        )
         self._reasoning_output: ReasoningOutput = reasoning_output
-        self._extra_headers = dict(extra_headers or {})
-        self._upstream_name = upstream_name
-
-    def __repr__(self) -> str:
-        return f"<OpenAIChatProvider {redact_url(self.base_url)} model={self.upstream_model!r}>"
 
     @property
     def url(self) -> str:
         base = self.base_url
         return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+    def endpoint(self, request: ResponseRequest) -> str:
+        return self.url
 
     def headers(self) -> dict[str, str]:
         """Request headers (the key among them: never log this)."""
@@ -974,81 +977,23 @@ class OpenAIChatProvider(Provider):
             request, upstream_model=self.upstream_model, dialect=self.dialect, base_url=self.base_url
         )
 
-    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
-        body = self.build_body(request)
-        resp = await self._transport.post(self.url, self.headers(), body, timeouts=self._timeouts)
-        if resp.status >= 400:
-            raw = await resp.read(self._transport.max_error_bytes)
-            raise from_http(
-                resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self.secrets()
-            )
-        turn = ChatTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
-        start = builder.sequence_number
-        try:
-            if "json" in resp.headers.get("content-type", ""):
-                # A server that ignored ``stream: true`` answered with a whole chat.completion.
-                for chunk in completion_chunks(await resp.json()):
-                    turn.on_chunk(chunk)
-                turn.done = True
-            else:
-                decoder = self._transport.sse_decoder()
-                push = builder.push
-                if push is not None:
-                    # The server sends as we go: each upstream read is translated and sent from the
-                    # socket's callback, with no task hop per event.
-                    def on_chunk(raw_chunk: bytes) -> Awaitable[None] | None:
-                        for msg in decoder.feed(raw_chunk):
-                            _dispatch(turn, msg.event, msg.data)
-                        if turn.error is not None:
-                            raise StopPumping
-                        wait = None
-                        if turn.dirty:
-                            turn.dirty = False
-                            wait = push()
-                        if turn.done:
-                            # [DONE] is the end, whether or not the upstream closes the connection.
-                            raise StopPumping
-                        return wait
+    def translator(self, request: ResponseRequest, builder: StreamBuilder) -> ChatTranslator:
+        return ChatTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
 
-                    await resp.pump(on_chunk)
-                else:
-                    async for raw_chunk in resp.iter_chunks():
-                        for msg in decoder.feed(raw_chunk):
-                            _dispatch(turn, msg.event, msg.data)
-                        if turn.error is not None:
-                            break
-                        if turn.dirty:
-                            turn.dirty = False
-                            yield
-                        if turn.done:
-                            break
-                for msg in decoder.flush():
-                    _dispatch(turn, msg.event, msg.data)
-        except ProviderError as exc:
-            turn.fail(exc)
-            yield
-            return
-        finally:
-            await resp.aclose()
-        if turn.error is not None and builder.sequence_number == start:
-            # The stream's first payload was an error: nothing has been sent, so it is still an HTTP
-            # error, which a fallback can act on (as for Anthropic's overloaded_error over HTTP 200).
-            raise turn.error
-        turn.finish()
-        yield
+    def replay(self, turn: ChatTranslator, body: Any) -> None:
+        # A server that ignored ``stream: true`` answered with a whole chat.completion.
+        for chunk in completion_chunks(body):
+            turn.on_chunk(chunk)
+        turn.done = True
 
-    def secrets(self) -> tuple[str, ...]:
-        """The API key and credential headers this provider sends (see redaction.py)."""
-        return credentials(self._api_key, self._extra_headers)
-
-    async def aclose(self) -> None:
-        if self._owns_transport:
-            await self._transport.aclose()
+    def dispatcher(self) -> Callable[[ChatTranslator, SSEMessage], None]:
+        return _dispatch
 
 
-def _dispatch(turn: ChatTranslator, event: str, data: str) -> None:
+def _dispatch(turn: ChatTranslator, msg: SSEMessage) -> None:
     if turn.done or turn.error is not None:
         return
+    data = msg.data
     if data.strip() == "[DONE]":
         turn.done = True
         return
@@ -1059,7 +1004,7 @@ def _dispatch(turn: ChatTranslator, event: str, data: str) -> None:
         return
     if not isinstance(payload, dict):
         return
-    if event == "error":
+    if msg.event == "error":
         # Groq: ``event: error`` with ``{"error": {...}}`` after HTTP 200.
         turn.error = from_error_payload(payload if "error" in payload else {"error": payload})
         return

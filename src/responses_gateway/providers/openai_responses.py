@@ -14,7 +14,7 @@ is also fed to an incremental :class:`StreamChecker`; what it finds is logged, n
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -22,10 +22,11 @@ import orjson
 from ..protocol.builder import TOOL_PHASES, BuilderError, Item, StreamBuilder
 from ..protocol.checker import StreamChecker
 from ..protocol.request import JSON, TOOL_TYPES, ResponseRequest
-from ..redaction import credentials
-from .base import Capabilities, Provider, ProviderError
-from .transport import StopPumping, Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, redact_url, translate
+from ..protocol.sse import SSEMessage
+from .base import Capabilities, ProviderError
+from .http_base import HTTPProvider
+from .transport import Timeouts, Transport
+from .upstream_errors import from_error_payload, translate
 
 __all__ = ["GATEWAY_FIELDS", "OpenAIResponsesProvider", "ResponsesRelay", "build_responses_body"]
 
@@ -62,14 +63,16 @@ class ResponsesRelay:
         self._pending_refusal: set[tuple[str, int]] = set()
         self.checker = StreamChecker("openai", keep=False) if check else None
         self._reported: set[str] = set()
-        self.error: JSON | None = None
-        self.finished = False
+        self.error_event: JSON | None = None  # an upstream ``error`` event (its terminal event follows)
+        # Read by HTTPProvider: failures come as events here, so ``error`` stays None.
+        self.error: ProviderError | None = None
+        self.done = False  # a terminal event arrived
         self.dirty = False
 
     # ------------------------------------------------------------------ dispatch
     def on_event(self, event: JSON) -> None:
         """Apply one upstream event."""
-        if self.finished:
+        if self.done:
             return
         self._check(event)
         etype = event.get("type")
@@ -421,7 +424,7 @@ class ResponsesRelay:
 
     # ------------------------------------------------------------------ terminal
     def _error(self, event: JSON) -> None:
-        self.error = event
+        self.error_event = event
 
     def _usage(self, response: JSON) -> None:
         usage = response.get("usage")
@@ -453,21 +456,23 @@ class ResponsesRelay:
             self.b.incomplete(str(details.get("reason") or "max_output_tokens"))
         else:
             error = response.get("error") if isinstance(response.get("error"), dict) else None
-            if error is None and self.error is not None:
-                error = self.error.get("error") if isinstance(self.error.get("error"), dict) else self.error
+            upstream = self.error_event
+            if error is None and upstream is not None:
+                error = upstream.get("error") if isinstance(upstream.get("error"), dict) else upstream
             error = error or {}
             self.b.fail(
                 str(error.get("code") or "server_error"), str(error.get("message") or "The upstream failed.")
             )
-        self.finished = True
+        self.done = True
         self.dirty = True
 
-    def end(self) -> None:
+    def finish(self) -> None:
         """The upstream body ended: finish the response if the upstream did not."""
-        if self.finished:
+        if self.done:
             return
-        if self.error is not None:
-            exc = from_error_payload(self.error if "error" in self.error else {"error": self.error})
+        upstream = self.error_event
+        if upstream is not None:
+            exc = from_error_payload(upstream if "error" in upstream else {"error": upstream})
             self.fail(exc)
         else:
             self.fail(
@@ -475,9 +480,9 @@ class ResponsesRelay:
             )
 
     def fail(self, exc: ProviderError) -> None:
-        if not self.finished:
+        if not self.done:
             self.b.fail(exc.code or "server_error", exc.message)
-            self.finished = True
+            self.done = True
             self.dirty = True
 
 
@@ -535,7 +540,7 @@ _HANDLERS: dict[str, Callable[[ResponsesRelay, JSON], None]] = {
 
 
 # ---------------------------------------------------------------------------------------- provider
-class OpenAIResponsesProvider(Provider):
+class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
     """A model behind OpenAI's Responses API (or a compatible server), relayed through the builder."""
 
     name = "openai"
@@ -548,6 +553,7 @@ class OpenAIResponsesProvider(Provider):
         images=True,
         tool_types=ALL_TOOL_TYPES,
     )
+    push_relay = True
 
     def __init__(
         self,
@@ -561,23 +567,24 @@ class OpenAIResponsesProvider(Provider):
         check_upstream: bool = True,
         upstream_name: str = "OpenAI",
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self.upstream_model = upstream_model
-        self._transport = transport or Transport()
-        self._owns_transport = transport is None
-        self._timeouts = timeouts
-        self._extra_headers = dict(extra_headers or {})
+        super().__init__(
+            base_url=base_url,
+            api_key=api_key,
+            upstream_model=upstream_model,
+            transport=transport,
+            timeouts=timeouts,
+            extra_headers=extra_headers,
+            upstream_name=upstream_name,
+        )
         self._check_upstream = check_upstream
-        self._upstream_name = upstream_name
-
-    def __repr__(self) -> str:
-        return f"<OpenAIResponsesProvider {redact_url(self.base_url)} model={self.upstream_model!r}>"
 
     @property
     def url(self) -> str:
         base = self.base_url
         return base if base.endswith("/responses") else base + "/responses"
+
+    def endpoint(self, request: ResponseRequest) -> str:
+        return self.url
 
     def headers(self) -> dict[str, str]:
         """Request headers (the key among them: never log this)."""
@@ -591,63 +598,15 @@ class OpenAIResponsesProvider(Provider):
         """The upstream request body."""
         return build_responses_body(request, upstream_model=self.upstream_model)
 
-    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
-        body = self.build_body(request)
-        resp = await self._transport.post(self.url, self.headers(), body, timeouts=self._timeouts)
-        if resp.status >= 400:
-            raw = await resp.read(self._transport.max_error_bytes)
-            raise from_http(
-                resp.status, resp.headers, raw, upstream=self._upstream_name, secrets=self.secrets()
-            )
-        relay = ResponsesRelay(builder, check=self._check_upstream)
-        try:
-            if "json" in resp.headers.get("content-type", ""):
-                # A server that ignored ``stream: true`` answered with the whole Response.
-                replay_response(relay, await resp.json())
-            else:
-                decoder = self._transport.sse_decoder()
-                push = builder.push
-                if push is not None:
-                    # The server sends as we go, from the socket's callback (no task hop per event).
-                    def on_chunk(raw_chunk: bytes) -> Awaitable[None] | None:
-                        for msg in decoder.feed(raw_chunk):
-                            _dispatch(relay, msg.data)
-                        wait = None
-                        if relay.dirty:
-                            relay.dirty = False
-                            wait = push()
-                        if relay.finished:
-                            raise StopPumping
-                        return wait
+    def translator(self, request: ResponseRequest, builder: StreamBuilder) -> ResponsesRelay:
+        return ResponsesRelay(builder, check=self._check_upstream)
 
-                    await resp.pump(on_chunk)
-                else:
-                    async for raw_chunk in resp.iter_chunks():
-                        for msg in decoder.feed(raw_chunk):
-                            _dispatch(relay, msg.data)
-                        if relay.dirty:
-                            relay.dirty = False
-                            yield
-                        if relay.finished:
-                            break
-                for msg in decoder.flush():
-                    _dispatch(relay, msg.data)
-        except ProviderError as exc:
-            relay.fail(exc)
-            yield
-            return
-        finally:
-            await resp.aclose()
-        relay.end()
-        yield
+    def replay(self, turn: ResponsesRelay, body: Any) -> None:
+        # A server that ignored ``stream: true`` answered with the whole Response.
+        replay_response(turn, body)
 
-    def secrets(self) -> tuple[str, ...]:
-        """The API key and credential headers this provider sends (see redaction.py)."""
-        return credentials(self._api_key, self._extra_headers)
-
-    async def aclose(self) -> None:
-        if self._owns_transport:
-            await self._transport.aclose()
+    def dispatcher(self) -> Callable[[ResponsesRelay, SSEMessage], None]:
+        return _dispatch
 
 
 def replay_response(relay: ResponsesRelay, body: Any) -> None:
@@ -663,7 +622,8 @@ def replay_response(relay: ResponsesRelay, body: Any) -> None:
     relay.on_event({"type": terminal, "response": body})
 
 
-def _dispatch(relay: ResponsesRelay, data: str) -> None:
+def _dispatch(relay: ResponsesRelay, msg: SSEMessage) -> None:
+    data = msg.data
     if data.strip() == "[DONE]":
         return
     try:

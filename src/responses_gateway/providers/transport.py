@@ -1,9 +1,10 @@
 """The one I/O seam between providers and their upstream HTTP APIs.
 
-Providers never touch the HTTP client directly: they call :meth:`Transport.post` and read the
-:class:`UpstreamResponse` it returns, either whole (:meth:`UpstreamResponse.read`) or as raw byte chunks
-as they arrive (:meth:`UpstreamResponse.iter_chunks`, fed to an incremental SSE decoder). Tests point a
-provider at a local mock server through the same seam.
+Providers never touch the HTTP client directly: their base, :class:`.http_base.HTTPProvider`, calls
+:meth:`Transport.post` and reads the :class:`UpstreamResponse` it returns, either whole
+(:meth:`UpstreamResponse.read`) or as raw byte chunks as they arrive (:meth:`UpstreamResponse.iter_chunks`
+or :meth:`UpstreamResponse.pump`, fed to an incremental SSE decoder). Tests point a provider at a local
+mock server through the same seam.
 
 Failures below HTTP (DNS, refused or reset connections, timeouts) surface as :class:`ProviderError`
 with status 502 (bad gateway) or 504 (timeout), built by :mod:`.upstream_errors`. Header values are
