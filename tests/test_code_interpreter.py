@@ -331,7 +331,7 @@ def test_forcing_the_tool_and_mistakes_are_plain_400s(
     bad = [
         (
             {"tools": [{"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_1"]}}]},
-            "tools[0].container.file_ids",
+            "tools[0].container.file_ids[0]",
         ),
         ({"tools": [{"type": "code_interpreter", "container": {"type": "big"}}]}, "tools[0].container"),
         ({"tools": [TOOL, {"type": "function", "name": "code_interpreter", "parameters": {}}]}, "tools[0]"),
@@ -576,7 +576,7 @@ def test_containers_api_refusals(gw: Gateway) -> None:
         ({}, "name"),
         ({"name": "x", "expires_after": {"anchor": "created_at", "minutes": 5}}, "expires_after.anchor"),
         ({"name": "x", "expires_after": {"anchor": "last_active_at", "minutes": 0}}, "expires_after.minutes"),
-        ({"name": "x", "file_ids": ["file_1"]}, "file_ids"),
+        ({"name": "x", "file_ids": ["file_1"]}, "file_ids[0]"),
         ({"name": "x", "memory_limit": "4g"}, "memory_limit"),
         ({"name": "x", "network_policy": {"type": "allowlist", "domains": ["a.b"]}}, "network_policy"),
         ({"name": "x", "colour": "red"}, "colour"),
@@ -591,7 +591,8 @@ def test_containers_api_refusals(gw: Gateway) -> None:
     # A client's directories are dropped from the name (as browsers do): it lands in /mnt/data.
     got = httpx.post(f"{url}/{cid}/files", files={"file": ("../../escape.txt", b"x")})
     assert got.json()["path"] == "/mnt/data/escape.txt"
-    assert httpx.post(f"{url}/{cid}/files", json={"file_id": "file_1"}).status_code == 400
+    assert httpx.post(f"{url}/{cid}/files", json={"file_id": "file_1"}).status_code == 404
+    assert httpx.post(f"{url}/{cid}/files", json={"name": "x"}).status_code == 400
     assert httpx.get(f"{url}/{cid}/files/cfile_nope").status_code == 404
     assert httpx.get(f"{url}?limit=0").json()["error"]["param"] == "limit"
 

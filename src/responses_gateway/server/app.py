@@ -19,12 +19,13 @@ from ..engine.tools import CodeInterpreter, ContainerPool
 from ..providers.base import Provider
 from ..redaction import REDACTOR, install_log_scrubbing
 from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
-from ..store import Store, open_store
+from ..store import NotFound, Store, open_store
 from .auth import APIKeyAuth
 from .config import ServerConfig
 from .containers import ContainersAPI
 from .conversations import ConversationsAPI
 from .errors import HTTPError, send_error, send_json
+from .files import FilesAPI, FileStorage
 from .registry import ModelRegistry
 from .responses import ResponsesAPI
 from .router import Router
@@ -69,6 +70,14 @@ class GatewayApp:
             lambda: self.store, self.owner_for, self.read_body, lambda: self.sealer
         )
         self.conversations.register(self.router)
+        self.files = FilesAPI(
+            lambda: self.store,
+            FileStorage(lambda: None if data_dir is None else Path(data_dir) / "files"),
+            self.owner_for,
+            lambda: self.config.max_file_bytes,
+        )
+        self.files.register(self.router)
+        self.containers.files = self._file_for_container
         self.containers_api = ContainersAPI(self.containers, self.owner_for, self.read_body)
         self.containers_api.register(self.router)
 
@@ -132,8 +141,19 @@ class GatewayApp:
                     await store.close()
                 await self.registry.aclose()
                 await self.containers.aclose()
+                self.files.storage.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _file_for_container(self, owner: str | None, file_id: str) -> tuple[str, bytes] | None:
+        """An uploaded file's name and bytes, for a container's ``file_ids`` (None: no such file)."""
+        if self.store is None or owner is None:
+            return None
+        try:
+            meta, data = await self.files.read(owner, file_id)
+        except (NotFound, HTTPError, OSError):
+            return None
+        return str(meta["filename"]), data
 
     async def _check_hosted_tools(self) -> None:
         """Say at start-up which hosted tools cannot run here, and why (requests for them get a 400)."""

@@ -13,6 +13,7 @@ KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
 RawReasoningEvents = Literal["reasoning_text", "reasoning"]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
 # Tool types a server may be told to leave out for back ends that cannot run them: every type but the
 # client's own functions (function, custom; namespaces are flattened, never dropped).
 DROPPABLE_TOOL_TYPES = tuple(t for t in TOOL_TYPES if t not in ("function", "custom", "namespace"))
@@ -32,6 +33,8 @@ class ServerConfig:
     keepalive_interval: float = 10.0
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # The largest file POST /v1/files takes (it is streamed to disk, not held in memory).
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     store_url: str | None = field(default=None, repr=False)
     redis_url: str | None = field(default=None, repr=False)
     data_dir: str | None = None
@@ -64,6 +67,8 @@ class ServerConfig:
             raise ValueError("keepalive_interval must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
+        if self.max_file_bytes <= 0:
+            raise ValueError("max_file_bytes must be positive")
         if self.store_retention is not None and self.store_retention <= 0:
             raise ValueError("store_retention must be positive")
         if self.store_max_response_bytes is not None and self.store_max_response_bytes <= 0:

@@ -127,13 +127,9 @@ class ContainersAPI:
                     "invalid_value",
                 )
             minutes = float(value)
-        if body.get("file_ids"):
-            raise invalid(
-                "'file_ids' needs the Files API, which this gateway does not serve yet: upload files with "
-                "POST /v1/containers/{id}/files.",
-                "file_ids",
-                "unsupported_parameter",
-            )
+        file_ids = body.get("file_ids") or []
+        if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
+            raise invalid("'file_ids' must be a list of file ids.", "file_ids", "invalid_type")
         if body.get("memory_limit") not in (None, "1g"):
             raise invalid(
                 "This gateway's containers have 1g of memory: 'memory_limit' may only be '1g'.",
@@ -149,6 +145,14 @@ class ContainersAPI:
                 "invalid_value",
             )
         container = self.pool.new(owner, name=name, idle_minutes=minutes)
+        try:
+            await self.pool.add_files(container, owner, file_ids)
+        except LookupError as exc:
+            self.pool.delete(container)
+            missing = str(exc.args[0])
+            raise invalid(
+                f"No file found with id '{missing}'.", f"file_ids[{file_ids.index(missing)}]", "not_found"
+            ) from None
         await send_json(send, 200, orjson.dumps(container.describe()))
 
     async def _list(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -171,16 +175,23 @@ class ContainersAPI:
         kind = headers.get("content-type", b"").decode("latin-1")
         body = await self._read_body(scope, receive)
         if not kind.startswith("multipart/form-data"):
-            if kind.startswith("application/json") and "file_id" in parse_json_body(body):
+            file_id = parse_json_body(body).get("file_id") if kind.startswith("application/json") else None
+            if not isinstance(file_id, str):
                 raise invalid(
-                    "'file_id' needs the Files API, which this gateway does not serve yet: upload the "
-                    "file itself (multipart/form-data, field 'file').",
-                    "file_id",
-                    "unsupported_parameter",
+                    "Upload the file as multipart/form-data with a 'file' field, or send {\"file_id\": …}.",
+                    "file",
+                    "invalid_value",
                 )
-            raise invalid(
-                "Upload the file as multipart/form-data with a 'file' field.", "file", "invalid_value"
-            )
+            owner = self._owner(scope)
+            try:
+                (entry,) = await self.pool.add_files(container, owner, [file_id])
+            except LookupError:
+                raise HTTPError(
+                    404, f"No file found with id '{file_id}'.", param="file_id", code="not_found"
+                ) from None
+            size = await asyncio.to_thread(file_size, container, entry.path)
+            await send_json(send, 200, orjson.dumps(entry.describe(container, size or 0)))
+            return
         name, data = _multipart_file(kind, body)
         why = check_path(name)
         if why is not None:

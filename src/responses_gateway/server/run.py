@@ -18,7 +18,7 @@ from ..paths import data_dir as resolve_data_dir
 from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
 from .app import GatewayApp
-from .config import DEFAULT_MAX_BODY_BYTES, DROPPABLE_TOOL_TYPES, ServerConfig
+from .config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FILE_BYTES, DROPPABLE_TOOL_TYPES, ServerConfig
 from .http_protocol import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -93,6 +93,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_BODY_BYTES,
         help=f"largest accepted request body (default {DEFAULT_MAX_BODY_BYTES})",
+    )
+    parser.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=DEFAULT_MAX_FILE_BYTES,
+        help=f"largest file POST /v1/files accepts (default {DEFAULT_MAX_FILE_BYTES}); streamed to disk",
     )
     parser.add_argument(
         "--store",
@@ -256,6 +262,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         keepalive_interval=args.keepalive_interval,
         api_keys=_api_keys(args),
         max_body_bytes=args.max_body_bytes,
+        max_file_bytes=args.max_file_bytes,
         store_url=store_url,
         redis_url=redis_url,
         store_retention=None if args.store_retention is None else args.store_retention * 86400,

@@ -12,6 +12,7 @@ from typing import Any
 from .db import Database, PostgresDatabase, SqliteDatabase
 from .errors import (
     ConversationNotFound,
+    FileNotFound,
     ItemNotFound,
     ItemReferenceNotFound,
     NotFound,
@@ -31,6 +32,7 @@ __all__ = [
     "ConversationNotFound",
     "Database",
     "EventRecorder",
+    "FileNotFound",
     "ItemNotFound",
     "ItemReferenceNotFound",
     "LiveLog",

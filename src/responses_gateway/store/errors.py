@@ -52,6 +52,10 @@ class ItemNotFound(NotFound):
     kind = "item"
 
 
+class FileNotFound(NotFound):
+    kind = "file"
+
+
 class ItemReferenceNotFound(ItemNotFound):
     """An ``item_reference`` input item names no stored item; ``param`` is ``input[i]``."""
 

@@ -77,6 +77,22 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     ),
     # Retention (serve --store-retention) deletes the oldest finished responses.
     (2, ["CREATE INDEX rg_responses_created ON rg_responses (created_at)"]),
+    # Files (/v1/files): metadata here, the bytes on disk under the data directory.
+    (
+        3,
+        [
+            """CREATE TABLE rg_files (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                filename TEXT NOT NULL,
+                purpose TEXT NOT NULL,
+                bytes BIGINT NOT NULL,
+                expires_at BIGINT
+            )""",
+            "CREATE INDEX rg_files_by_owner ON rg_files (owner, created_at, id)",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -29,6 +29,7 @@ from ..protocol.response import new_id
 from .conversations import Conversations
 from .db import Database
 from .events import DEFAULT_MAX_RESPONSE_BYTES, EventRecorder, Events
+from .files import Files
 from .lease import Lease
 from .live import LiveLog, LocalLiveLog
 from .references import resolve_item_references
@@ -88,6 +89,7 @@ class Store:
             db, self.live, self.cancels, instance_id=self.lease.instance_id, background=self._background
         )
         self.conversations = Conversations(db)
+        self.files = Files(db)
 
     # ------------------------------------------------------------------------------ settings
     @property

@@ -98,10 +98,14 @@ class CodeInterpreter(HostedTool):
             raise RequestError(
                 '\'container\' must be a container id or {"type": "auto"}.', param=f"{param}.container"
             )
-        if chosen.get("file_ids"):
+        file_ids = chosen.get("file_ids") or []
+        if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
             raise RequestError(
-                "container.file_ids needs the Files API, which this gateway does not serve yet: "
-                "write the data from code instead.",
+                "'container.file_ids' must be a list of file ids.", param=f"{param}.container.file_ids"
+            )
+        if file_ids and self.pool.files is None:
+            raise RequestError(
+                "container.file_ids needs the Files API, which this gateway serves only with a store.",
                 param=f"{param}.container.file_ids",
             )
         memory = chosen.get("memory_limit")
@@ -111,14 +115,25 @@ class CodeInterpreter(HostedTool):
                 f"container.memory_limit may only be '{MEMORY_LIMIT}'.",
                 param=f"{param}.container.memory_limit",
             )
+        container = None
         for item in reversed(history):
             if item.get("type") == "code_interpreter_call":
                 cid = item.get("container_id")
-                found = self.pool.get(cid, ctx.owner) if isinstance(cid, str) else None
-                if found is not None:
-                    return _Use(self, found, ctx.owner)
+                container = self.pool.get(cid, ctx.owner) if isinstance(cid, str) else None
                 break
-        return _Use(self, self.pool.new(ctx.owner), ctx.owner)
+        if container is None:
+            container = self.pool.new(ctx.owner)
+        use = _Use(self, container, ctx.owner)
+        try:
+            await self.pool.add_files(container, ctx.owner, file_ids)
+        except LookupError as exc:
+            await use.aclose()
+            missing = str(exc.args[0])
+            raise RequestError(
+                f"No file found with id '{missing}'.",
+                param=f"{param}.container.file_ids[{file_ids.index(missing)}]",
+            ) from None
+        return use
 
     def history(self, item: JSON, owner: str | None) -> tuple[JSON, JSON]:
         item_id = item.get("id")

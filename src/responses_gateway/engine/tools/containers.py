@@ -19,7 +19,7 @@ import stat
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +145,9 @@ class ContainerPool:
         self._sweeper: asyncio.Task[None] | None = None
         self._why: str | None = None
         self._probed = False
+        # Set by the app: (owner, file id) -> (file name, bytes) of an uploaded file, None if the owner
+        # has no such file (the Files API; None here: no file_ids accepted).
+        self.files: Callable[[str | None, str], Awaitable[tuple[str, bytes] | None]] | None = None
 
     # ------------------------------------------------------------------ availability
     def unavailable(self) -> str | None:
@@ -206,6 +209,28 @@ class ContainerPool:
             return None
         self.touch(container)
         return container
+
+    async def add_files(
+        self, container: Container, owner: str | None, file_ids: list[str]
+    ) -> list[ContainerFile]:
+        """Copy uploaded files (by id) into the container's /mnt/data. Raises ``LookupError(file_id)``
+        for the first id the owner has no file for (or that cannot be written)."""
+        added: list[ContainerFile] = []
+        for file_id in file_ids:
+            found = await self.files(owner, file_id) if self.files is not None else None
+            if found is None:
+                raise LookupError(file_id)
+            name, data = found
+            name = name.replace("\\", "/").rsplit("/", 1)[-1]
+            if check_path(name) is not None:
+                name = file_id
+            try:
+                await asyncio.to_thread(write_file, container, name, data)
+            except OSError:
+                raise LookupError(file_id) from None
+            added.append(container.file_for(name, "user"))
+        self.touch(container)
+        return added
 
     def owned(self, owner: str | None) -> list[Container]:
         """``owner``'s live containers, oldest first."""
