@@ -9,6 +9,8 @@ against the streamed items.
 Besides OpenAI's spelling it reads the dialects seen in the wild: the Open Responses spec
 (``response.reasoning.*``, ``response.output_text_annotation.added``, object deltas) and older servers
 (``response.text.done``, ``response.function_call.arguments.*``, ``response.code_interpreter.call.*``).
+Every spelling, legacy ones included, is declared once in :mod:`.events`; ``HANDLERS`` is derived from
+that vocabulary at import.
 
 Events are located by ``item_id``, falling back to ``output_index`` (some servers rotate item ids
 between events), then ``call_id``. Text arrives in many small deltas, so pieces are kept as lists of
@@ -22,13 +24,11 @@ from typing import Any
 
 import orjson
 
-from .builder import TERMINAL_EVENTS
+from . import events
 
 __all__ = ["Accumulator", "accumulate"]
 
 JSON = dict[str, Any]
-
-LIFECYCLE_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
 
 
 # ---------------------------------------------------------------------------------------------- pieces
@@ -166,73 +166,21 @@ PIECES: dict[str, tuple[Reader, Writer]] = {
 }
 
 # The item type a piece implies, for streams that send deltas for an item they never added.
-PIECE_ITEM_TYPES = {
-    "text": "message",
-    "refusal": "message",
-    "reasoning": "reasoning",
-    "summary": "reasoning",
-    "arguments": "function_call",
-    "input": "custom_tool_call",
-    "code": "code_interpreter_call",
-    "logs": "code_interpreter_call",
-    "diff": "apply_patch_call",
-    "command": "shell_call",
-    "stdout": "shell_call_output",
-    "stderr": "shell_call_output",
-}
+PIECE_ITEM_TYPES: dict[str, str] = {name: piece.item_type for name, piece in events.PIECES.items()}
 
+# Every spelling of a delta or done, derived from the vocabulary (events.py) once:
 # event type -> (piece kind, the event field holding the piece index or None)
 DELTA_EVENTS: dict[str, tuple[str, str | None]] = {
-    "response.output_text.delta": ("text", "content_index"),
-    "response.refusal.delta": ("refusal", "content_index"),
-    "response.reasoning_text.delta": ("reasoning", "content_index"),
-    "response.reasoning.delta": ("reasoning", "content_index"),
-    "response.reasoning_summary_text.delta": ("summary", "summary_index"),
-    "response.reasoning_summary.delta": ("summary", "summary_index"),
-    "response.function_call_arguments.delta": ("arguments", None),
-    "response.function_call.arguments.delta": ("arguments", None),
-    "response.mcp_call_arguments.delta": ("arguments", None),
-    "response.mcp_call.arguments.delta": ("arguments", None),
-    "response.custom_tool_call_input.delta": ("input", None),
-    "response.code_interpreter_call_code.delta": ("code", None),
-    "response.code_interpreter.call.code.delta": ("code", None),
-    "response.code_interpreter.output_text.delta": ("logs", None),
-    "response.apply_patch_call_operation_diff.delta": ("diff", None),
-    "response.shell_call_command.delta": ("command", "command_index"),
+    name: (event.piece.name, event.piece.index_field)
+    for name, event in events.SPELLINGS.items()
+    if event.family == events.DELTA and event.piece is not None
 }
-
 # event type -> (piece kind, index field, the event field holding the final value)
 DONE_EVENTS: dict[str, tuple[str, str | None, str]] = {
-    "response.output_text.done": ("text", "content_index", "text"),
-    "response.text.done": ("text", "content_index", "text"),
-    "response.refusal.done": ("refusal", "content_index", "refusal"),
-    "response.reasoning_text.done": ("reasoning", "content_index", "text"),
-    "response.reasoning.done": ("reasoning", "content_index", "text"),
-    "response.reasoning_summary_text.done": ("summary", "summary_index", "text"),
-    "response.reasoning_summary.done": ("summary", "summary_index", "text"),
-    "response.function_call_arguments.done": ("arguments", None, "arguments"),
-    "response.function_call.arguments.done": ("arguments", None, "arguments"),
-    "response.mcp_call_arguments.done": ("arguments", None, "arguments"),
-    "response.mcp_call.arguments.done": ("arguments", None, "arguments"),
-    "response.custom_tool_call_input.done": ("input", None, "input"),
-    "response.code_interpreter_call_code.done": ("code", None, "code"),
-    "response.code_interpreter.call.code.done": ("code", None, "code"),
-    "response.apply_patch_call_operation_diff.done": ("diff", None, "diff"),
-    "response.shell_call_command.done": ("command", "command_index", "command"),
+    name: (event.piece.name, event.piece.index_field, event.field)
+    for name, event in events.SPELLINGS.items()
+    if event.family == events.DONE and event.piece is not None
 }
-
-# Built-in tool progress events: ``response.<family>.<phase>`` sets the item's status to the phase.
-TOOL_FAMILIES = (
-    "web_search_call",
-    "file_search_call",
-    "code_interpreter_call",
-    "image_generation_call",
-    "mcp_call",
-    "mcp_list_tools",
-    "code_interpreter",
-    "code_interpreter.call",
-)
-TOOL_PHASES = ("in_progress", "searching", "interpreting", "generating", "calling", "completed", "failed")
 
 
 def _text_of(value: Any) -> str:
@@ -740,41 +688,39 @@ def _done_handler(kind: str, index_field: str | None, value_field: str) -> Handl
     return handle
 
 
-def _handlers() -> dict[str, Handler]:
-    table: dict[str, Handler] = {
-        "response.output_item.added": Accumulator._on_item_added,
-        "response.output_item.done": Accumulator._on_item_done,
-        "response.content_part.added": Accumulator._on_content_part,
-        "response.content_part.done": Accumulator._on_content_part_done,
-        "response.reasoning_summary_part.added": Accumulator._on_summary_part,
-        "response.reasoning_summary_part.done": Accumulator._on_summary_part_done,
-        "response.output_text.annotation.added": Accumulator._on_annotation,
-        "response.output_text_annotation.added": Accumulator._on_annotation,
-        "response.image_generation_call.partial_image": Accumulator._on_partial_image,
-        "response.code_interpreter.output_image.delta": Accumulator._on_output_image,
-        "response.shell_call_command.added": Accumulator._on_command_added,
-        "response.shell_call_output_content.delta": Accumulator._on_shell_output_delta,
-        "response.shell_call_output_content.done": Accumulator._on_shell_output_done,
-        "error": Accumulator._on_error,
-        "ping": _ignore,
-        "keepalive": _ignore,
-    }
-    for name in LIFECYCLE_EVENTS:
-        table[name] = Accumulator._on_lifecycle
-    for name in TERMINAL_EVENTS:
-        table[name] = Accumulator._on_terminal
-    for name, (kind, index_field) in DELTA_EVENTS.items():
-        table[name] = _delta_handler(kind, index_field)
-    for name, (kind, index_field, value_field) in DONE_EVENTS.items():
-        table[name] = _done_handler(kind, index_field, value_field)
-    for family in TOOL_FAMILIES:
-        for phase in TOOL_PHASES:
-            table[f"response.{family}.{phase}"] = Accumulator._on_tool_phase
-    return table
+# Vocabulary family -> handler, for the families whose events need nothing but their family's handler.
+_FAMILY_HANDLERS: dict[str, Handler] = {
+    events.ITEM_ADDED: Accumulator._on_item_added,
+    events.ITEM_DONE: Accumulator._on_item_done,
+    events.PART_ADDED: Accumulator._on_content_part,
+    events.PART_DONE: Accumulator._on_content_part_done,
+    events.SUMMARY_PART_ADDED: Accumulator._on_summary_part,
+    events.SUMMARY_PART_DONE: Accumulator._on_summary_part_done,
+    events.ANNOTATION: Accumulator._on_annotation,
+    events.TOOL_PHASE: Accumulator._on_tool_phase,
+    events.PARTIAL_IMAGE: Accumulator._on_partial_image,
+    events.OUTPUT_IMAGE: Accumulator._on_output_image,
+    events.COMMAND_ADDED: Accumulator._on_command_added,
+    events.SHELL_OUTPUT_DELTA: Accumulator._on_shell_output_delta,
+    events.SHELL_OUTPUT_DONE: Accumulator._on_shell_output_done,
+    events.ERROR: Accumulator._on_error,
+    events.KEEPALIVE: _ignore,
+}
 
 
-# Event type -> handler: the whole event vocabulary the accumulator understands, in one table.
-HANDLERS: dict[str, Handler] = _handlers()
+def _handler(event: events.EventType) -> Handler:
+    if event.family == events.LIFECYCLE:
+        return Accumulator._on_terminal if event.terminal else Accumulator._on_lifecycle
+    piece = event.piece
+    if piece is not None and event.family == events.DELTA:
+        return _delta_handler(piece.name, piece.index_field)
+    if piece is not None and event.family == events.DONE:
+        return _done_handler(piece.name, piece.index_field, event.field)
+    return _FAMILY_HANDLERS[event.family]
+
+
+# Event type -> handler: every spelling of the vocabulary (legacy ones included), in one table built once.
+HANDLERS: dict[str, Handler] = {name: _handler(event) for name, event in events.SPELLINGS.items()}
 
 
 def accumulate(events: Iterable[JSON], *, ended: bool = True) -> Accumulator:

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import events
+from .events import TERMINAL_EVENTS
 from .json_field import StringFieldStream
 from .response import ID_PREFIXES, JSON, make_usage, new_id
 
@@ -29,39 +31,29 @@ __all__ = [
     "error_event",
 ]
 
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
 RawReasoningSpelling = Literal["reasoning_text", "reasoning"]
 KeepaliveMode = Literal["in_progress", "ping"]
 
 # Built-in tool call items and the progress phases each may report between ``in_progress`` (emitted by
 # open_tool_call) and ``completed`` (or, for MCP, ``failed``; emitted by close_tool_call). Events are
-# named ``response.<kind>.<phase>``.
-TOOL_PHASES: dict[str, tuple[str, ...]] = {
-    "web_search_call": ("searching",),
-    "file_search_call": ("searching",),
-    "code_interpreter_call": ("interpreting",),
-    "image_generation_call": ("generating",),
-    "mcp_call": (),
-    "mcp_list_tools": (),
-}
-
+# named ``response.<kind>.<phase>``; the phases are declared in the vocabulary (events.TOOL_CALLS).
+TOOL_PHASES: dict[str, tuple[str, ...]] = {kind: call.progress for kind, call in events.TOOL_CALLS.items()}
 
 # Events whose meaning only the builder may produce (see StreamBuilder.passthrough).
-_OWNED_EVENTS = frozenset(
+_OWNED_FAMILIES = frozenset(
     {
-        *TERMINAL_EVENTS,
-        "response.created",
-        "response.in_progress",
-        "response.queued",
-        "response.output_item.added",
-        "response.output_item.done",
-        "response.content_part.added",
-        "response.content_part.done",
-        "response.reasoning_summary_part.added",
-        "response.reasoning_summary_part.done",
-        "error",
+        events.LIFECYCLE,
+        events.ITEM_ADDED,
+        events.ITEM_DONE,
+        events.PART_ADDED,
+        events.PART_DONE,
+        events.SUMMARY_PART_ADDED,
+        events.SUMMARY_PART_DONE,
+        events.ERROR,
     }
+)
+_OWNED_EVENTS = frozenset(
+    name for name, event in events.EVENT_TYPES.items() if event.family in _OWNED_FAMILIES
 )
 
 

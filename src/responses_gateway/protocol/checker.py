@@ -2,7 +2,9 @@
 
 Everything that decides whether an event is acceptable lives in the tables at the top of this module
 (``EVENT_RULES``, ``ITEM_SHAPES``, ``PART_SHAPES``, ``SPEC_EVENTS``…); :class:`StreamChecker` only walks
-them. It is sans-IO and incremental: feed events as they pass (a relay can check inline), then call
+them. The event types themselves (family, piece, fields, spec or not) are declared once in
+:mod:`.events`; ``EVENT_RULES`` is derived from that vocabulary at import. It is sans-IO and
+incremental: feed events as they pass (a relay can check inline), then call
 :meth:`StreamChecker.finish`. Delta events cost O(1): a table lookup, a few type checks and one
 ``list.append`` into the buffer that the matching ``*.done`` is compared against.
 
@@ -25,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from . import events
 
 __all__ = [
     "PROFILES",
@@ -111,7 +115,7 @@ ERROR = "error"
 GLOBAL = "global"
 
 # JSON type names for required fields. ``int`` excludes ``bool`` (checked explicitly).
-_FieldSpec = tuple[tuple[str, type | tuple[type, ...]], ...]
+_FieldSpec = events.FieldSpec
 _ITEM_FIELDS: _FieldSpec = (("item_id", str), ("output_index", int))
 _CONTENT_FIELDS: _FieldSpec = (*_ITEM_FIELDS, ("content_index", int))
 _SUMMARY_FIELDS: _FieldSpec = (*_ITEM_FIELDS, ("summary_index", int))
@@ -137,103 +141,72 @@ def _done(scope: str, base: _FieldSpec, channel: str, field: str) -> EventRule:
     return EventRule(scope, (*base, (field, str)), channel, "done", field)
 
 
-_LIFECYCLE_RULE = EventRule(LIFECYCLE, (("response", dict),))
-
-EVENT_RULES: Final[dict[str, EventRule]] = {
-    "response.created": _LIFECYCLE_RULE,
-    "response.queued": _LIFECYCLE_RULE,
-    "response.in_progress": _LIFECYCLE_RULE,
-    "response.completed": _LIFECYCLE_RULE,
-    "response.incomplete": _LIFECYCLE_RULE,
-    "response.failed": _LIFECYCLE_RULE,
-    "response.output_item.added": EventRule(ITEM_ADDED, (("output_index", int), ("item", dict))),
-    "response.output_item.done": EventRule(ITEM_DONE, (("output_index", int), ("item", dict))),
-    "response.content_part.added": EventRule(PART_ADDED, (*_CONTENT_FIELDS, ("part", dict))),
-    "response.content_part.done": EventRule(PART_DONE, (*_CONTENT_FIELDS, ("part", dict))),
-    "response.output_text.delta": _delta(CONTENT, _CONTENT_FIELDS, "output_text"),
-    "response.output_text.done": _done(CONTENT, _CONTENT_FIELDS, "output_text", "text"),
-    "response.output_text.annotation.added": EventRule(
-        CONTENT, (*_CONTENT_FIELDS, ("annotation_index", int), ("annotation", dict))
-    ),
-    "response.refusal.delta": _delta(CONTENT, _CONTENT_FIELDS, "refusal"),
-    "response.refusal.done": _done(CONTENT, _CONTENT_FIELDS, "refusal", "refusal"),
-    "response.reasoning_text.delta": _delta(CONTENT, _CONTENT_FIELDS, "reasoning_text"),
-    "response.reasoning_text.done": _done(CONTENT, _CONTENT_FIELDS, "reasoning_text", "text"),
-    "response.reasoning.delta": _delta(CONTENT, _CONTENT_FIELDS, "reasoning_text"),
-    "response.reasoning.done": _done(CONTENT, _CONTENT_FIELDS, "reasoning_text", "text"),
-    "response.reasoning_summary_part.added": EventRule(SUMMARY_ADDED, (*_SUMMARY_FIELDS, ("part", dict))),
-    "response.reasoning_summary_part.done": EventRule(SUMMARY_DONE, (*_SUMMARY_FIELDS, ("part", dict))),
-    "response.reasoning_summary_text.delta": _delta(SUMMARY, _SUMMARY_FIELDS, "summary_text"),
-    "response.reasoning_summary_text.done": _done(SUMMARY, _SUMMARY_FIELDS, "summary_text", "text"),
-    "response.function_call_arguments.delta": _delta(ITEM, _ITEM_FIELDS, "arguments"),
-    "response.function_call_arguments.done": _done(ITEM, _ITEM_FIELDS, "arguments", "arguments"),
-    "response.custom_tool_call_input.delta": _delta(ITEM, _ITEM_FIELDS, "input"),
-    "response.custom_tool_call_input.done": _done(ITEM, _ITEM_FIELDS, "input", "input"),
-    "response.mcp_call_arguments.delta": _delta(ITEM, _ITEM_FIELDS, "arguments"),
-    "response.mcp_call_arguments.done": _done(ITEM, _ITEM_FIELDS, "arguments", "arguments"),
-    "response.code_interpreter_call_code.delta": _delta(ITEM, _ITEM_FIELDS, "code"),
-    "response.code_interpreter_call_code.done": _done(ITEM, _ITEM_FIELDS, "code", "code"),
-    "response.apply_patch_call_operation_diff.delta": _delta(ITEM, _ITEM_FIELDS, "diff"),
-    "response.apply_patch_call_operation_diff.done": _done(ITEM, _ITEM_FIELDS, "diff", "diff"),
-    "response.image_generation_call.partial_image": EventRule(
-        ITEM, (*_ITEM_FIELDS, ("partial_image_b64", str), ("partial_image_index", int))
-    ),
-    "error": EventRule(ERROR),
-    "ping": EventRule(GLOBAL),
+# How each family of the event vocabulary (events.py) attaches to the stream's state.
+_FAMILY_SCOPES: Final[dict[str, str]] = {
+    events.LIFECYCLE: LIFECYCLE,
+    events.ITEM_ADDED: ITEM_ADDED,
+    events.ITEM_DONE: ITEM_DONE,
+    events.PART_ADDED: PART_ADDED,
+    events.PART_DONE: PART_DONE,
+    events.SUMMARY_PART_ADDED: SUMMARY_ADDED,
+    events.SUMMARY_PART_DONE: SUMMARY_DONE,
+    events.ANNOTATION: CONTENT,
+    events.TOOL_PHASE: ITEM,
+    events.PARTIAL_IMAGE: ITEM,
+    events.ERROR: ERROR,
+    events.KEEPALIVE: GLOBAL,
 }
-# Built-in tool progress events (``response.web_search_call.searching``…) are plain item-scoped events.
-for _kind, _phases in {
-    "web_search_call": ("in_progress", "searching", "completed"),
-    "file_search_call": ("in_progress", "searching", "completed"),
-    "code_interpreter_call": ("in_progress", "interpreting", "completed"),
-    "image_generation_call": ("in_progress", "generating", "completed"),
-    "mcp_call": ("in_progress", "completed", "failed"),
-    "mcp_list_tools": ("in_progress", "completed", "failed"),
-}.items():
-    for _phase in _phases:
-        EVENT_RULES[f"response.{_kind}.{_phase}"] = EventRule(ITEM, _ITEM_FIELDS)
+# A delta's or done's scope is where its piece lives.
+_PIECE_SCOPES: Final[dict[str, str]] = {
+    events.CONTENT_PART: CONTENT,
+    events.SUMMARY_PART: SUMMARY,
+    events.ITEM_FIELD: ITEM,
+}
+# The fields that address an event of each scope, before the ones its type adds.
+_SCOPE_FIELDS: Final[dict[str, _FieldSpec]] = {
+    LIFECYCLE: (),
+    ITEM_ADDED: (("output_index", int),),
+    ITEM_DONE: (("output_index", int),),
+    PART_ADDED: _CONTENT_FIELDS,
+    PART_DONE: _CONTENT_FIELDS,
+    CONTENT: _CONTENT_FIELDS,
+    SUMMARY_ADDED: _SUMMARY_FIELDS,
+    SUMMARY_DONE: _SUMMARY_FIELDS,
+    SUMMARY: _SUMMARY_FIELDS,
+    ITEM: _ITEM_FIELDS,
+    ERROR: (),
+    GLOBAL: (),
+}
 
-TERMINAL: Final[frozenset[str]] = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+def _rule(event: events.EventType) -> EventRule:
+    piece = event.piece
+    if piece is None:
+        scope = _FAMILY_SCOPES[event.family]
+        return EventRule(scope, (*_SCOPE_FIELDS[scope], *event.fields))
+    scope = _PIECE_SCOPES[piece.scope]
+    if piece.channel is None:
+        raise ValueError(f"{event.name} is checked but its piece {piece.name!r} has no channel")
+    if event.family == events.DELTA:
+        return _delta(scope, _SCOPE_FIELDS[scope], piece.channel)
+    return _done(scope, _SCOPE_FIELDS[scope], piece.channel, event.field)
+
+
+# Every event type the checker validates, derived once from the vocabulary (events.EVENT_TYPES); built-in
+# tool progress events (``response.web_search_call.searching``…) are plain item-scoped events.
+EVENT_RULES: Final[dict[str, EventRule]] = {
+    name: _rule(event) for name, event in events.EVENT_TYPES.items() if event.checked
+}
+
+TERMINAL: Final[frozenset[str]] = events.TERMINAL_EVENTS
 
 # The status a lifecycle snapshot must report for each lifecycle event.
 LIFECYCLE_STATUS: Final[dict[str, frozenset[str]]] = {
-    "response.created": frozenset({"in_progress", "queued"}),
-    "response.queued": frozenset({"queued"}),
-    "response.in_progress": frozenset({"in_progress"}),
-    "response.completed": frozenset({"completed"}),
-    "response.incomplete": frozenset({"incomplete"}),
-    "response.failed": frozenset({"failed"}),
+    name: event.statuses for name, event in events.EVENT_TYPES.items() if event.family == events.LIFECYCLE
 }
 
 # Event types the Open Responses spec (2026-04-24) defines; strict-spec rejects every other type.
-SPEC_EVENTS: Final[frozenset[str]] = frozenset(
-    {
-        "response.created",
-        "response.queued",
-        "response.in_progress",
-        "response.completed",
-        "response.failed",
-        "response.incomplete",
-        "response.output_item.added",
-        "response.output_item.done",
-        "response.content_part.added",
-        "response.content_part.done",
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.output_text.annotation.added",
-        "response.refusal.delta",
-        "response.refusal.done",
-        "response.reasoning.delta",
-        "response.reasoning.done",
-        "response.reasoning_summary_part.added",
-        "response.reasoning_summary_part.done",
-        "response.reasoning_summary_text.delta",
-        "response.reasoning_summary_text.done",
-        "response.function_call_arguments.delta",
-        "response.function_call_arguments.done",
-        "error",
-    }
-)
+SPEC_EVENTS: Final[frozenset[str]] = events.SPEC_EVENTS
 
 # Every key of the spec's ResponseResource; all required (nullable ones present as null).
 SPEC_RESPONSE_FIELDS: Final[tuple[str, ...]] = (
@@ -312,10 +285,9 @@ PART_SHAPES: Final[dict[str, _FieldSpec]] = {
 }
 # Where a part kind keeps its text inside the item, and which delta channels may feed it.
 PART_TEXT_KEY: Final[dict[str, str]] = {
-    "output_text": "text",
-    "refusal": "refusal",
-    "reasoning_text": "text",
-    "summary_text": "text",
+    piece.channel: piece.field
+    for piece in events.PIECES.values()
+    if piece.channel is not None and piece.scope != events.ITEM_FIELD
 }
 
 _USAGE_INTS = ("input_tokens", "output_tokens", "total_tokens")
