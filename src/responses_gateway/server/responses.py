@@ -45,7 +45,7 @@ from .errors import HTTPError, send_json
 from .namespaces import adapt_tools
 from .request_log import RequestLog
 from .router import Router
-from .streaming import Recording, follow_stream, respond_json, respond_stream, run_detached
+from .streaming import DetachedSink, JSONSink, Recording, SSESink, drive, follow_stream
 from .types import Receive, Scope, Send
 
 
@@ -377,19 +377,7 @@ class ResponsesAPI:
         line.builder = builder
         if store is None or not request.store:
             builder.start()
-            if request.stream:
-                await respond_stream(
-                    send,
-                    receive,
-                    provider,
-                    request,
-                    builder,
-                    keepalive=config.keepalive,
-                    keepalive_interval=config.keepalive_interval,
-                    seal=seal,
-                )
-            else:
-                await respond_json(send, receive, provider, request, builder, seal=seal)
+            await drive(provider, request, builder, self._client(send, receive, request, seal))
             return
 
         builder.start(queued=request.background)
@@ -408,15 +396,9 @@ class ResponsesAPI:
         )
         if request.background:
             recorder.add_nowait(builder.take())
+            detached = DetachedSink(keepalive=config.keepalive, keepalive_interval=config.keepalive_interval)
             task = asyncio.get_running_loop().create_task(
-                run_detached(
-                    provider,
-                    request,
-                    builder,
-                    recording,
-                    keepalive=config.keepalive,
-                    keepalive_interval=config.keepalive_interval,
-                ),
+                drive(provider, request, builder, detached, recording),
                 name=f"rg-background-{rid}",
             )
             # The line is written when the run ends, not when the queued snapshot goes out.
@@ -430,26 +412,28 @@ class ResponsesAPI:
                 await send_json(send, 200, orjson.dumps(seal([{"response": snapshot}])[0]["response"]))
             return
         try:
-            if request.stream:
-                await respond_stream(
-                    send,
-                    receive,
-                    provider,
-                    request,
-                    builder,
-                    keepalive=config.keepalive,
-                    keepalive_interval=config.keepalive_interval,
-                    recording=recording,
-                    seal=seal,
-                )
-            else:
-                await respond_json(send, receive, provider, request, builder, recording=recording, seal=seal)
+            await drive(provider, request, builder, self._client(send, receive, request, seal), recording)
         except BaseException:
             # A request refused before its first event (upstream 4xx/429...) leaves nothing stored.
             if recorder.recorded == 0:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.discard_response(rid))
             raise
+
+    def _client(
+        self, send: Send, receive: Receive, request: ResponseRequest, seal: Seal
+    ) -> SSESink | JSONSink:
+        """The sink a foreground response's events go to: SSE frames or one JSON body."""
+        if not request.stream:
+            return JSONSink(send, receive, seal=seal)
+        config = self.app.config
+        return SSESink(
+            send,
+            receive,
+            keepalive=config.keepalive,
+            keepalive_interval=config.keepalive_interval,
+            seal=seal,
+        )
 
     def _check_state(
         self, request: ResponseRequest, store: Store | None, conversation_id: str | None

@@ -1,13 +1,20 @@
-"""Driving one provider for one request: SSE relay with keepalive, or a single JSON body.
+"""Driving one provider for one request: ONE loop (:func:`drive`) and the sinks its events go to.
 
-The loop follows the contract in ``providers.base``: after each ``yield`` the events the builder holds
-are drained and sent as ONE ``http.response.body`` message. Nothing is sent before the first yield, so
-a failure up to then becomes a plain HTTP error (raised here as :class:`HTTPError`).
+:func:`drive` follows the contract in ``providers.base`` and holds every rule of a run: after each
+``yield`` the events the builder holds are taken, recorded (the store's :class:`Recording`) and
+delivered to one client sink; nothing is sent before the first events, so a failure up to then
+becomes a plain HTTP error (raised here as :class:`HTTPError`); a later one, or a provider that returns
+unfinished, becomes one terminal event; a client that leaves, a stop signal or shutdown closes the
+provider and ends the run with :func:`stop_run`'s events.
 
-Costs on the hot path are kept to a ``take()``, one encode per event, one ``send`` per yield and a
-float store for the keepalive clock: the keepalive is a single timer handle that, when it fires,
-checks how long the stream has really been silent and re-arms itself, so nothing is rescheduled per
-event. Client disconnects are noticed by one watcher task per request (``receive()`` returning
+The sinks each do one thing: :class:`SSESink` (a streamed response: SSE frames, one
+``http.response.body`` message per yield, keepalive, the push path), :class:`JSONSink` (one JSON body
+or an HTTP error) and :class:`DetachedSink` (a background run: no client, keepalives recorded).
+
+Costs on the hot path are kept to a ``take()``, one record, one encode per event, one ``send`` per
+yield and a float store for the keepalive clock: the keepalive is a single timer handle that, when it
+fires, checks how long the stream has really been silent and re-arms itself, so nothing is rescheduled
+per event. Client disconnects are noticed by one watcher task per request (``receive()`` returning
 ``http.disconnect``), which cancels the request task; the provider's generator then sees the
 cancellation at its pending await and is closed.
 """
@@ -21,7 +28,7 @@ import types
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -35,11 +42,13 @@ from .types import Receive, Send
 
 __all__ = [
     "ClientWatch",
+    "DetachedSink",
+    "JSONSink",
     "Recording",
+    "SSESink",
+    "Sink",
+    "drive",
     "follow_stream",
-    "respond_json",
-    "respond_stream",
-    "run_detached",
     "stop_all_runs",
     "stop_run",
 ]
@@ -233,7 +242,7 @@ def _resume(coro: Generator[Any, Any, None], yielded: Any) -> Generator[Any, Any
 class _Relay:
     """Sends SSE body messages and the keepalive between them.
 
-    Two ways in: ``await send(body)`` from the request task, and ``push(body)`` from a callback (a
+    Two ways in: ``await send(body)`` from the request task, and ``write(body)`` from a callback (a
     provider's I/O callback through ``StreamBuilder.push``, or the keepalive timer), which sends at
     once when the server's ``send`` completes without suspending (uvicorn's does unless the client's
     socket is backed up) and otherwise finishes it in a task, queueing what is pushed meanwhile, and
@@ -282,27 +291,29 @@ class _Relay:
 
     @property
     def started(self) -> bool:
-        """The response head has gone out (by ``start`` or a first ``push``)."""
+        """The response head has gone out (by ``start`` or a first ``write``)."""
         return self._started
 
     def _arm(self) -> None:
         if self._mode != "off":
             self._timer = self._loop.call_at(self.last + self._interval, self._fire)
 
+    def _head(self) -> dict[str, Any]:
+        headers = response_headers(SSE_HEADERS, self._builder)
+        return {"type": "http.response.start", "status": 200, "headers": headers}
+
     async def start(self, first: bytes) -> None:
         self._started = True
-        headers = response_headers(SSE_HEADERS, self._builder)
-        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self._send(self._head())
         await self.send(first)
         self._arm()
 
-    def push(self, body: bytes) -> asyncio.Task[None] | None:
+    def write(self, body: bytes) -> asyncio.Task[None] | None:
         """Send ``body`` now if possible (see the class); the task still sending, or None."""
         queue = self._queue
         if not self._started:
             self._started = True
-            headers = response_headers(SSE_HEADERS, self._builder)
-            queue.append({"type": "http.response.start", "status": 200, "headers": headers})
+            queue.append(self._head())
             self._arm()
         queue.append({"type": "http.response.body", "body": body, "more_body": True})
         busy = self._busy
@@ -359,7 +370,7 @@ class _Relay:
             events = builder.take()
             self._record(events, None)
             body = _encode(self._seal(events))
-        self.push(body)
+        self.write(body)
         self._timer = self._loop.call_at(now + self._interval, self._fire)
 
     def stop_timer(self) -> None:
@@ -384,139 +395,169 @@ def _fail(builder: StreamBuilder, code: str, message: str, param: str | None = N
 
 def _internal(provider: Provider) -> HTTPError:
     log.exception("provider %s raised", type(provider).__name__)
-    return HTTPError(500, GENERIC_FAILURE, type="server_error", code="server_error")
+    return _server_error(GENERIC_FAILURE)
 
 
-async def respond_stream(
-    send: Send,
-    receive: Receive,
+def _server_error(message: str) -> HTTPError:
+    return HTTPError(500, message, type="server_error", code="server_error")
+
+
+Record = Callable[[list[JSON], JSON | None], None]
+
+
+class Sink(Protocol):
+    """Where one run's events go besides the store: the client side of :func:`drive`.
+
+    The driver calls, in this order: ``open`` once; ``deliver`` for each yield's events (never the
+    terminal ones); then, once the response is finished, ``quiet``, and ``end`` with the terminal
+    events (after they are stored); ``done`` when the provider has returned; or, when the run was
+    stopped (client gone, response cancelled or deleted, shutdown), ``quiet`` and ``stopped``;
+    ``close`` always, last.
+    """
+
+    @property
+    def receive(self) -> Receive | None:
+        """Watched for ``http.disconnect`` (None: no client)."""
+
+    @property
+    def detached(self) -> bool:
+        """No client owns the task: a cancellation nobody explained (shutdown) ends the run instead of
+        propagating."""
+
+    @property
+    def refusable(self) -> bool:
+        """A failure now is still a plain HTTP error: nothing was sent (nor stored) yet."""
+
+    @property
+    def fails_refused(self) -> bool:
+        """A refused request still marks the builder failed (what the request log reports)."""
+
+    def open(self, builder: StreamBuilder, record: Record) -> None:
+        """Bind to the run before the provider is called (``record`` feeds the store)."""
+
+    async def deliver(self, events: list[JSON]) -> None:
+        """One yield's events (already recorded). The hot path: keep it to one send."""
+
+    def quiet(self) -> None:
+        """No more keepalives."""
+
+    async def end(self, events: list[JSON]) -> None:
+        """The terminal events, stored (and committed) before this is called."""
+
+    async def done(self, error: HTTPError | None) -> None:
+        """The provider returned; ``error`` is the failure it ended with, if any."""
+
+    async def stopped(self, tail: list[JSON], gone: bool) -> None:
+        """The run was stopped; ``tail`` ends its stream (``gone``: the client left)."""
+
+    def close(self) -> None:
+        """Release everything (idempotent)."""
+
+
+async def drive(
     provider: Provider,
     request: ResponseRequest,
     builder: StreamBuilder,
-    *,
-    keepalive: KeepaliveMode,
-    keepalive_interval: float,
+    sink: Sink,
     recording: Recording | None = None,
-    seal: Seal = _identity,
 ) -> None:
-    """Stream ``provider``'s response as SSE; raise HTTPError if it fails before the first yield.
+    """Run ``provider`` for ``request`` to its end, sending its events to ``sink`` and ``recording``.
 
-    With ``recording`` every event also goes to the store (the same events, in the same order, the
-    keepalives included); the terminal event is written before it is sent, so a client that reads
-    the response right after the stream ends finds it finished. ``seal`` rewrites what the client
-    sees (sealed ``encrypted_content``), never what is stored.
+    The one provider loop (see ``providers.base``); every rule of a run lives here:
+
+    - after each yield the builder's events are taken, recorded, then delivered; the terminal events
+      are recorded and committed before ``sink.end`` sends them, and the provider is still iterated to
+      its natural end;
+    - a failure while ``sink.refusable`` (nothing sent yet) is raised as a plain :class:`HTTPError`;
+      later it becomes one terminal event (``builder.fail``), and a provider that returns unfinished is
+      failed with ``server_error``;
+    - a client that leaves, a stop signal (cancel or delete of a stored response) or, for a detached
+      run, shutdown closes the provider at once and ends the run with the events of :func:`stop_run`.
     """
     record = recording.add if recording is not None else _no_record
-    relay = _Relay(send, builder, keepalive, keepalive_interval, record, seal)
-    ended = False  # the terminal event went out (``relay.started``: the first events did)
+    take = builder.take
+    deliver = sink.deliver
+    name = type(provider).__name__
+    sink.open(builder, record)
+    watch = ClientWatch(sink.receive, recording.stop if recording is not None else None)
+    agen: AsyncIterator[None] | None = None
+    ended = False
+    error: HTTPError | None = None
 
-    def push() -> asyncio.Task[None] | None:
-        # A provider's "yield" from its I/O callback (StreamBuilder.push). The terminal event is left
-        # for the loop below: it is written to the store before it is sent, which takes an await.
-        if ended or builder.finished:
-            return None
-        events = builder.take()
-        if not events:
-            return None
-        record(events, None)
-        return relay.push(_encode(seal(events)))
-
-    builder.push = push
-    agen = _open(provider, request, builder)
-    watch = ClientWatch(receive, recording.stop if recording is not None else None)
-
-    async def end(events: list[JSON]) -> None:
-        # The terminal event goes out in the last body message. Past this point a disconnect changes
-        # nothing, and once the body is complete uvicorn's receive() reports a disconnect that must
-        # not cancel this task: stop watching first.
+    async def finish(events: list[JSON]) -> None:
+        # Past this point a disconnect changes nothing, and once the body is complete uvicorn's
+        # receive() reports a disconnect that must not cancel this task: stop watching first.
         nonlocal ended
         ended = True
-        relay.stop_timer()
+        sink.quiet()
         watch.close()
         await _settle(recording)
-        if not relay.started:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": response_headers(SSE_HEADERS, builder),
-                }
-            )
-        await relay.send(_encode(seal(events)), more=False)
+        await sink.end(events)
 
-    name = type(provider).__name__
     try:
         try:
+            agen = provider.stream(request, builder)
             async for _ in agen:
-                events = builder.take()
+                events = take()
                 if not events or ended:
                     continue
                 record(events, None)
                 if builder.finished:
-                    # Keep iterating (without sending) so the provider runs to its natural end.
-                    await end(events)
-                elif relay.started:
-                    await relay.send(_encode(seal(events)))
+                    await finish(events)
                 else:
-                    await relay.start(_encode(seal(events)))
+                    await deliver(events)
         except ProviderError as exc:
-            if not relay.started and not ended:
+            if not ended and sink.refusable:
+                if sink.fails_refused:
+                    _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
                 raise HTTPError.from_provider_error(exc) from None
             log.warning("provider %s failed mid-stream: %s", name, exc.code)
+            error = HTTPError.from_provider_error(exc)
             _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
         except (asyncio.CancelledError, HTTPError):
             raise
         except Exception:
-            if not relay.started and not ended:
+            if not ended and sink.refusable:
+                if sink.fails_refused:
+                    _fail(builder, "server_error", GENERIC_FAILURE)
                 raise _internal(provider) from None
             log.exception("provider %s raised mid-stream", name)
+            error = _server_error(GENERIC_FAILURE)
             _fail(builder, "server_error", GENERIC_FAILURE)
         else:
             if not builder.finished:
                 log.error("provider %s returned without finishing the response", name)
+                error = _server_error(UNFINISHED)
                 _fail(builder, "server_error", UNFINISHED)
         if not ended:
-            events = builder.take()
+            events = take()
             record(events, None)
-            await end(events)
+            await finish(events)
+        await sink.done(error)
     except asyncio.CancelledError:
-        if watch.reason is None:
-            raise
-        # This task was cancelled only to interrupt the provider (client gone, or the stored response
-        # cancelled or deleted). Swallow it.
+        reason = watch.reason
+        if reason is None:
+            if not sink.detached:
+                raise
+            reason = "shutdown"
+        # This task was cancelled only to interrupt the provider (client gone, the stored response
+        # cancelled or deleted, or a detached run shut down). Swallow it.
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
-        relay.stop_timer()
-        await _close(agen)
-        log.info("%s; stopped %s", "client disconnected" if watch.gone else "response stopped", name)
-        tail = await stop_run(builder, recording, watch.reason)
-        if not watch.gone and tail and not ended:
-            with contextlib.suppress(Exception):
-                if not relay.started:
-                    await send(
-                        {
-                            "type": "http.response.start",
-                            "status": 200,
-                            "headers": response_headers(SSE_HEADERS, builder),
-                        }
-                    )
-                await relay.send(_encode(seal(tail)), more=False)
+        sink.quiet()
+        if agen is not None:
+            await _close(agen)
+            agen = None
+        why = "client disconnected" if watch.gone else f"response stopped ({reason})"
+        log.info("%s; stopped %s", why, name)
+        tail = await stop_run(builder, recording, reason)
+        await sink.stopped(tail, watch.gone)
     finally:
-        builder.push = None
-        relay.abort()
+        sink.close()
         watch.close()
-        await _close(agen)
-
-
-def _open(provider: Provider, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
-    """Call ``provider.stream``; a provider that fails in the call itself fails like one that fails later."""
-    try:
-        return provider.stream(request, builder)
-    except ProviderError as exc:
-        raise HTTPError.from_provider_error(exc) from None
-    except Exception:
-        raise _internal(provider) from None
+        if agen is not None:
+            await _close(agen)
 
 
 async def _close(agen: AsyncIterator[None]) -> None:
@@ -529,51 +570,134 @@ async def _close(agen: AsyncIterator[None]) -> None:
         log.exception("closing the provider stream failed")
 
 
-async def respond_json(
-    send: Send,
-    receive: Receive,
-    provider: Provider,
-    request: ResponseRequest,
-    builder: StreamBuilder,
-    *,
-    recording: Recording | None = None,
-    seal: Seal = _identity,
-) -> None:
-    """Run the same loop without sending frames, then send the final Response (or an HTTP error).
+class SSESink(_Relay):
+    """A streamed response's client: SSE frames, one body message per yield, keepalive, push.
+
+    ``builder.push`` is set to :meth:`push`, which the provider calls from its upstream's I/O callback:
+    it takes the events, records them and writes them at once (``_Relay.write``). The terminal events
+    never go that way: they are stored before they are sent, which takes an await.
+    """
+
+    __slots__ = ("receive",)
+
+    detached = False
+    fails_refused = False
+
+    def __init__(
+        self,
+        send: Send,
+        receive: Receive,
+        *,
+        keepalive: KeepaliveMode,
+        keepalive_interval: float,
+        seal: Seal = _identity,
+    ) -> None:
+        super().__init__(send, None, keepalive, keepalive_interval, seal=seal)
+        self.receive: Receive | None = receive
+
+    @property
+    def refusable(self) -> bool:
+        return not self._started
+
+    def open(self, builder: StreamBuilder, record: Record) -> None:
+        self._builder = builder
+        self._record = record
+        builder.push = self.push
+
+    def push(self) -> asyncio.Task[None] | None:
+        """A provider's "yield" from its I/O callback (``StreamBuilder.push``)."""
+        builder = self._builder
+        if builder is None or builder.finished:
+            return None
+        events = builder.take()
+        if not events:
+            return None
+        self._record(events, None)
+        return self.write(_encode(self._seal(events)))
+
+    async def deliver(self, events: list[JSON]) -> None:
+        if not self._started:
+            await self.start(_encode(self._seal(events)))
+            return
+        while self._busy is not None:
+            await self._busy  # what was pushed (events, a keepalive) goes first
+        self._sending = True
+        try:
+            await self._send(
+                {"type": "http.response.body", "body": _encode(self._seal(events)), "more_body": True}
+            )
+        finally:
+            self._sending = False
+        self.last = self._loop.time()
+
+    def quiet(self) -> None:
+        self.stop_timer()
+
+    async def end(self, events: list[JSON]) -> None:
+        # The terminal event goes out in the last body message.
+        if not self._started:
+            await self._send(self._head())
+        await self.send(_encode(self._seal(events)), more=False)
+
+    async def done(self, error: HTTPError | None) -> None:
+        return None
+
+    async def stopped(self, tail: list[JSON], gone: bool) -> None:
+        if gone or not tail:
+            return
+        with contextlib.suppress(Exception):
+            if not self._started:
+                await self._send(self._head())
+            await self.send(_encode(self._seal(tail)), more=False)
+
+    def close(self) -> None:
+        if self._builder is not None:
+            self._builder.push = None
+        self.abort()
+
+
+class JSONSink:
+    """A synchronous response's client: nothing per yield, then one JSON body (or an HTTP error).
 
     A response that ends ``failed`` is sent as an HTTP error whose status matches its error code
     (500 for ``server_error``, 429 for ``rate_limit_exceeded``…), as OpenAI answers a failed
-    synchronous request; ``completed`` and ``incomplete`` responses are 200.
+    synchronous request; ``completed`` and ``incomplete`` responses are 200. Until the first events
+    a failure is refused outright, and nothing is stored.
     """
-    agen = _open(provider, request, builder)
-    record = recording.add if recording is not None else _no_record
-    watch = ClientWatch(receive, recording.stop if recording is not None else None)
-    yielded = False
-    try:
-        error: HTTPError | None = None
-        try:
-            async for _ in agen:
-                yielded = True
-                record(builder.take(), None)
-        except ProviderError as exc:
-            error = HTTPError.from_provider_error(exc)
-            _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
-        except (asyncio.CancelledError, HTTPError):
-            raise
-        except Exception:
-            error = _internal(provider)
-            _fail(builder, "server_error", GENERIC_FAILURE)
-        if error is None and not builder.finished:
-            log.error("provider %s returned without finishing the response", type(provider).__name__)
-            error = HTTPError(500, UNFINISHED, type="server_error", code="server_error")
-            _fail(builder, "server_error", UNFINISHED)
-        watch.close()
-        if yielded:
-            # Nothing is stored for a request that failed before its first event (the caller drops it).
-            record(builder.take(), None)
-            await _settle(recording)
+
+    __slots__ = ("_builder", "_seal", "_send", "_yielded", "receive")
+
+    detached = False
+    fails_refused = True
+
+    def __init__(self, send: Send, receive: Receive, *, seal: Seal = _identity) -> None:
+        self._send = send
+        self.receive: Receive | None = receive
+        self._seal = seal
+        self._builder: StreamBuilder | None = None
+        self._yielded = False
+
+    @property
+    def refusable(self) -> bool:
+        return not self._yielded
+
+    def open(self, builder: StreamBuilder, record: Record) -> None:
+        self._builder = builder
+
+    async def deliver(self, events: list[JSON]) -> None:
+        self._yielded = True
+
+    def quiet(self) -> None:
+        return None
+
+    async def end(self, events: list[JSON]) -> None:
+        return None
+
+    async def done(self, error: HTTPError | None) -> None:
         if error is not None:
             raise error
+        builder = self._builder
+        assert builder is not None
         response = builder.response
         if response["status"] == "failed":
             failure = response["error"] or {}
@@ -582,65 +706,61 @@ async def respond_json(
             # OpenAI's error types: quota and rate errors are typed by their code (as in its 429s).
             etype = {429: str(code)}.get(status, "server_error" if status >= 500 else "invalid_request_error")
             raise HTTPError(status, failure.get("message") or GENERIC_FAILURE, type=etype, code=code)
-        sealed = seal([{"type": "response", "response": response}])[0]["response"]
+        sealed = self._seal([{"type": "response", "response": response}])[0]["response"]
         body = orjson.dumps(sealed)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": response_headers(
-                    [*JSON_HEADERS, (b"content-length", str(len(body)).encode())], builder
-                ),
-            }
-        )
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-    except asyncio.CancelledError:
-        if watch.reason is None:
-            raise
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        await _close(agen)
-        log.info(
-            "%s; stopped %s",
-            "client disconnected" if watch.gone else "response stopped",
-            type(provider).__name__,
-        )
-        await stop_run(builder, recording, watch.reason)
-        if not watch.gone:
-            code = builder.response.get("error", {}).get("code") if builder.response.get("error") else None
-            raise HTTPError(
-                409 if code == "response_deleted" else 400,
-                (builder.response.get("error") or {}).get("message") or "The response was stopped.",
-                code=code,
-            ) from None
-    finally:
-        watch.close()
-        await _close(agen)
+        headers = response_headers([*JSON_HEADERS, (b"content-length", str(len(body)).encode())], builder)
+        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def stopped(self, tail: list[JSON], gone: bool) -> None:
+        builder = self._builder
+        if gone or builder is None:
+            return
+        failure = builder.response.get("error") or {}
+        code = failure.get("code")
+        raise HTTPError(
+            409 if code == "response_deleted" else 400,
+            failure.get("message") or "The response was stopped.",
+            code=code,
+        ) from None
+
+    def close(self) -> None:
+        return None
 
 
-class _Beat:
-    """Keepalive events for a run no client is attached to: recorded like the others, so every
-    follower gets them (``in_progress`` or ``ping``; ``comment``/``off`` add nothing to the log)."""
+class DetachedSink:
+    """A background run's side: no client, only the store (``recording``).
+
+    ``open`` marks the response in progress. While the provider is silent, keepalive events are
+    recorded every ``keepalive_interval`` seconds (``in_progress`` or ``ping``; ``comment``/``off``
+    add nothing to the log), so followers see them as a foreground client would. A failure before
+    the first yield fails the response like one after it; shutdown ends it like a stop signal.
+    """
 
     __slots__ = ("_builder", "_interval", "_loop", "_mode", "_record", "_timer", "last")
 
-    def __init__(
-        self,
-        builder: StreamBuilder,
-        record: Callable[[list[JSON], JSON | None], None],
-        mode: KeepaliveMode,
-        interval: float,
-    ) -> None:
-        self._builder = builder
-        self._record = record
-        self._mode = mode
-        self._interval = interval
+    receive: Receive | None = None
+    detached = True
+    refusable = False
+    fails_refused = False
+
+    def __init__(self, *, keepalive: KeepaliveMode = "off", keepalive_interval: float = 10.0) -> None:
+        self._mode = keepalive
+        self._interval = keepalive_interval
         self._loop = asyncio.get_running_loop()
         self.last = self._loop.time()
         self._timer: asyncio.TimerHandle | None = None
-        if mode in ("in_progress", "ping"):
-            self._timer = self._loop.call_at(self.last + interval, self._fire)
+        self._builder: StreamBuilder | None = None
+        self._record: Record = _no_record
+
+    def open(self, builder: StreamBuilder, record: Record) -> None:
+        self._builder = builder
+        self._record = record
+        builder.mark_in_progress()
+        record(builder.take(), None)
+        self.last = self._loop.time()
+        if self._mode in ("in_progress", "ping"):
+            self._timer = self._loop.call_at(self.last + self._interval, self._fire)
 
     def _fire(self) -> None:
         now = self._loop.time()
@@ -649,7 +769,7 @@ class _Beat:
             self._timer = self._loop.call_at(due, self._fire)
             return
         builder = self._builder
-        if builder.finished:
+        if builder is None or builder.finished:
             self._timer = None
             return
         builder.keepalive("ping" if self._mode == "ping" else "in_progress")
@@ -658,79 +778,25 @@ class _Beat:
         self.last = now
         self._timer = self._loop.call_at(now + self._interval, self._fire)
 
-    def stop(self) -> None:
+    async def deliver(self, events: list[JSON]) -> None:
+        self.last = self._loop.time()
+
+    def quiet(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
+    async def end(self, events: list[JSON]) -> None:
+        return None
 
-async def run_detached(
-    provider: Provider,
-    request: ResponseRequest,
-    builder: StreamBuilder,
-    recording: Recording,
-    *,
-    keepalive: KeepaliveMode = "off",
-    keepalive_interval: float = 10.0,
-) -> None:
-    """Run a background response to its end, feeding only the store (no client is attached).
+    async def done(self, error: HTTPError | None) -> None:
+        return None
 
-    A failure before the first yield fails the response like one after it. Cancel or delete (the
-    store's stop signal) closes the provider at once, which aborts its upstream request; so does
-    cancelling this task (shutdown). While the provider is silent, keepalive events are recorded
-    every ``keepalive_interval`` seconds, so followers see them as a foreground client would.
-    """
-    watch = ClientWatch(None, recording.stop)
-    record = recording.add
-    agen: AsyncIterator[None] | None = None
-    name = type(provider).__name__
-    beat: _Beat | None = None
-    try:
-        try:
-            builder.mark_in_progress()
-            record(builder.take(), None)
-            beat = _Beat(builder, record, keepalive, keepalive_interval)
-            loop = asyncio.get_running_loop()
-            agen = provider.stream(request, builder)
-            async for _ in agen:
-                events = builder.take()
-                if events:
-                    record(events, None)
-                    beat.last = loop.time()
-        except ProviderError as exc:
-            log.warning("provider %s failed in a background response: %s", name, exc.code)
-            _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("provider %s raised in a background response", name)
-            _fail(builder, "server_error", GENERIC_FAILURE)
-        else:
-            if not builder.finished:
-                log.error("provider %s returned without finishing the response", name)
-                _fail(builder, "server_error", UNFINISHED)
-        watch.close()
-        if beat is not None:
-            beat.stop()
-        record(builder.take(), None)
-        await _settle(recording)
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        if beat is not None:
-            beat.stop()
-        if agen is not None:
-            await _close(agen)
-            agen = None
-        log.info("background response stopped (%s); closed %s", watch.reason or "shutdown", name)
-        await stop_run(builder, recording, watch.reason or "shutdown")
-    finally:
-        watch.close()
-        if beat is not None:
-            beat.stop()
-        if agen is not None:
-            await _close(agen)
+    async def stopped(self, tail: list[JSON], gone: bool) -> None:
+        return None
+
+    def close(self) -> None:
+        self.quiet()
 
 
 async def follow_stream(
