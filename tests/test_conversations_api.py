@@ -11,14 +11,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import openai
 import pytest
 
 from conftest import Gateway
 from responses_gateway.providers.scripted import ScriptedProvider
-from test_store_services import require, run
+from test_store_services import fresh_pg_database
 
 KEY_A, KEY_B = "sk-conv-a", "sk-conv-b"
 ENCRYPTED = "reasoning.encrypted_content"
@@ -31,18 +30,7 @@ Factory = Callable[..., Gateway]
 def _pg_url() -> str:
     """A database of this module's own on the test server, emptied once per session."""
     if "url" not in _pg_ready:
-        base = require("postgres")
-
-        async def create() -> None:
-            conn = await asyncpg.connect(base)
-            try:
-                await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
-                await conn.execute(f"CREATE DATABASE {PG_DB}")
-            finally:
-                await conn.close()
-
-        run(create())
-        _pg_ready["url"] = base.rsplit("/", 1)[0] + "/" + PG_DB
+        _pg_ready["url"] = fresh_pg_database(PG_DB)
     return _pg_ready["url"]
 
 

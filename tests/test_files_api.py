@@ -6,7 +6,6 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import asyncpg
 import httpx
 import openai
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from conftest import Gateway
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.sandbox import probe
-from test_store_services import require, run
+from test_store_services import fresh_pg_database
 
 Factory = Callable[..., Gateway]
 PG_DB = "rg_files_api_test"
@@ -23,19 +22,9 @@ KEY_A, KEY_B = "key-a", "key-b"
 
 
 def _pg_url() -> str:
+    """A database of this module's own on the test server, emptied once per session."""
     if "url" not in _pg_ready:
-        base = require("postgres")
-
-        async def create() -> None:
-            conn = await asyncpg.connect(base)
-            try:
-                await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
-                await conn.execute(f"CREATE DATABASE {PG_DB}")
-            finally:
-                await conn.close()
-
-        run(create())
-        _pg_ready["url"] = base.rsplit("/", 1)[0] + "/" + PG_DB
+        _pg_ready["url"] = fresh_pg_database(PG_DB)
     return _pg_ready["url"]
 
 

@@ -23,14 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
 from conftest import check_stream
 from responses_gateway.protocol.checker import StreamChecker
 from responses_gateway.protocol.sse import EventStreamDecoder
-from test_store_services import require, run
+from test_store_services import fresh_pg_database, require
 
 JSON = dict[str, Any]
 GATEWAY = Path(sys.executable).parent / "responses-gateway"
@@ -48,18 +47,7 @@ def _free_port() -> int:
 
 def _pg_url() -> str:
     """A database of this module's own on the test server, fresh for each test."""
-    base = require("postgres")
-
-    async def create() -> None:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
-            await conn.execute(f"CREATE DATABASE {PG_DB}")
-        finally:
-            await conn.close()
-
-    run(create())
-    return base.rsplit("/", 1)[0] + "/" + PG_DB
+    return fresh_pg_database(PG_DB)
 
 
 def _slow_script(path: Path, deltas: int, delay: float) -> Path:

@@ -54,6 +54,24 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def fresh_pg_database(name: str) -> str:
+    """The URL of database ``name`` on the test PostgreSQL server, dropped and created anew."""
+    import asyncpg
+
+    base = require("postgres")
+
+    async def create() -> None:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+
+    run(create())
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
 def test_services_script_is_idempotent() -> None:
     """A second run finds both servers up and reports the same URLs."""
     if os.environ.get("RG_TEST_POSTGRES_URL"):

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from ..paths import LazyDirectory
 from ..store import FileNotFound, Store
 from .errors import HTTPError, send_json
 from .query import ListQuery, invalid
@@ -49,20 +50,11 @@ class FileStorage:
     """Where the bytes of uploaded files live: one file per id under ``root`` (made on first use)."""
 
     def __init__(self, root: Callable[[], Path | None]) -> None:
-        self._root_fn = root
-        self._root: Path | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._dir = LazyDirectory(root, prefix="rg-files-")
 
     @property
     def root(self) -> Path:
-        if self._root is None:
-            chosen = self._root_fn()
-            if chosen is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="rg-files-")
-                chosen = Path(self._tmp.name)
-            chosen.mkdir(parents=True, exist_ok=True)
-            self._root = chosen
-        return self._root
+        return self._dir.path
 
     def path(self, file_id: str) -> Path:
         return self.root / file_id
@@ -74,9 +66,7 @@ class FileStorage:
         self.path(file_id).unlink(missing_ok=True)
 
     def close(self) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._dir.close()
 
 
 class _Upload:

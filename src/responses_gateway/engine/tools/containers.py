@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import stat
-import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...paths import LazyDirectory
 from ...protocol.response import new_id
 from ...sandbox import Kernel, Limits, SandboxError, probe
 
@@ -133,9 +133,7 @@ class ContainerPool:
         idle_minutes: float = 20.0,
         python: str | None = None,
     ) -> None:
-        self._root_fn = root
-        self._root: Path | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._root = LazyDirectory(root, prefix="rg-containers-")
         self.limits = limits or Limits()
         self.idle_minutes = idle_minutes
         self.python = python
@@ -158,16 +156,6 @@ class ContainerPool:
         return self._why
 
     # ------------------------------------------------------------------ containers
-    def _directory(self) -> Path:
-        if self._root is None:
-            chosen = self._root_fn()
-            if chosen is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="rg-containers-")
-                chosen = Path(self._tmp.name)
-            chosen.mkdir(parents=True, exist_ok=True)
-            self._root = chosen
-        return self._root
-
     def new(self, owner: str | None, *, name: str = "", idle_minutes: float | None = None) -> Container:
         self._expire()
         self._make_room(owner)
@@ -175,7 +163,7 @@ class ContainerPool:
         container = Container(
             id=cid,
             owner=owner,
-            directory=self._directory() / cid,
+            directory=self._root.path / cid,
             created_at=int(time.time()),
             last_active=time.monotonic(),
             last_active_at=int(time.time()),
@@ -291,9 +279,7 @@ class ContainerPool:
             await _dispose(container)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._root.close()
 
 
 async def _dispose(container: Container) -> None:
