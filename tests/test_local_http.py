@@ -147,6 +147,19 @@ def test_forced_function_call_arguments_validate(client: openai.OpenAI, gw: Gate
     jsonschema.validate(json.loads(done[0]["arguments"]), WEATHER_PARAMS)
 
 
+def test_input_tokens_are_what_usage_then_says(client: openai.OpenAI) -> None:
+    """POST /v1/responses/input_tokens counts with the model's own tokenizer, exactly."""
+    body: dict[str, Any] = {
+        "instructions": "Be brief.",
+        "input": "What's the weather in Oslo?",
+        "tools": [WEATHER],
+        "tool_choice": "required",
+    }
+    counted = client.responses.input_tokens.count(model=MODEL, **body)
+    response = client.responses.create(model=MODEL, max_output_tokens=40, **body)
+    assert response.usage is not None and counted.input_tokens == response.usage.input_tokens > 50
+
+
 def test_json_schema_output(client: openai.OpenAI) -> None:
     response = client.responses.create(
         model=MODEL,

@@ -52,6 +52,9 @@ class Engine(Provider):
     def secrets(self) -> tuple[str, ...]:
         return self.inner.secrets()
 
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        return await self.inner.count_input_tokens(request)
+
     async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         plan = self.plan
         plan.install(builder)

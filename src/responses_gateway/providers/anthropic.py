@@ -69,6 +69,9 @@ WEB_SEARCH_TOOLS = frozenset(
 )
 SUPPORTED_TOOLS = frozenset({"function", "custom", *WEB_SEARCH_TOOLS})
 
+# What /v1/messages/count_tokens takes of a Messages body.
+_COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"})
+
 # The envelope marker for reasoning state that is not sealed (see encode_reasoning_state).
 _STATE_PREFIX = "rgant1."
 _TOOL_ID_BAD = re.compile(r"[^a-zA-Z0-9_-]")
@@ -1032,6 +1035,11 @@ class AnthropicProvider(HTTPProvider[_Turn]):
 
     def endpoint(self, request: ResponseRequest) -> str:
         return self.url
+
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        """Anthropic's ``/v1/messages/count_tokens`` on the body a request would send."""
+        body = {k: v for k, v in self.build_body(request).items() if k in _COUNT_FIELDS}
+        return await self.count_with(self.url + "/count_tokens", body, "input_tokens")
 
     def headers(self) -> dict[str, str]:
         """Request headers (the key among them: never log this)."""

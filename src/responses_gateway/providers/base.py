@@ -78,6 +78,19 @@ class Provider(ABC):
     def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         """Drive ``builder`` for ``request``; yield whenever events are ready to send."""
 
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        """The tokens the model would read for ``request`` (``POST /v1/responses/input_tokens``), from
+        the back end's own tokenizer or counting endpoint. A back end with neither refuses (never a
+        guess)."""
+        raise ProviderError(
+            f"Counting input tokens is not available for this model: its back end ({self.name}) offers "
+            "no way to count them without generating.",
+            status=400,
+            code="unsupported_model",
+            type="invalid_request_error",
+            param="model",
+        )
+
     def secrets(self) -> tuple[str, ...]:
         """The credentials this back end sends upstream. The model registry registers them with
         ``redaction.REDACTOR``, which scrubs them from every error, stored response and log line."""

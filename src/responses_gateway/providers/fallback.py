@@ -59,6 +59,10 @@ class FallbackProvider(Provider):
     def check_request(self, request: ResponseRequest) -> None:
         self.chain[0][1].check_request(request)
 
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        """Counted by the chain's first model (the one a request is sent to first)."""
+        return await self.chain[0][1].count_input_tokens(request)
+
     def _usable(self, request: ResponseRequest) -> list[tuple[str, Provider, int]]:
         usable = [(*self.chain[0], self.retries[0])]
         for (name, provider), retries in zip(self.chain[1:], self.retries[1:], strict=True):

@@ -795,6 +795,15 @@ class GeminiProvider(HTTPProvider[GeminiTranslator]):
     def endpoint(self, request: ResponseRequest) -> str:
         return self.url(self.upstream_model or request.model)
 
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        """Gemini's ``:countTokens`` on the request a generation would send (tools, system text)."""
+        model = self.upstream_model or request.model
+        name = model if model.startswith(("models/", "tunedModels/", "projects/")) else f"models/{model}"
+        url = f"{self.base_url}/{quote(name, safe='/.-_@')}:countTokens"
+        return await self.count_with(
+            url, {"generateContentRequest": {"model": name, **self.build_body(request)}}, "totalTokens"
+        )
+
     def translator(self, request: ResponseRequest, builder: StreamBuilder) -> GeminiTranslator:
         return GeminiTranslator(builder, self._reasoning_output, custom_tool_names(request.tools))
 

@@ -137,6 +137,22 @@ class HTTPProvider(Provider, Generic[T]):
         through ``turn.fail``."""
         return None
 
+    async def count_with(self, url: str, body: JSON, field: str) -> int:
+        """POST ``body`` to an upstream counting endpoint; the integer its JSON answer has in ``field``."""
+        resp = await self.open(url, body)
+        try:
+            answer = await resp.json()
+        finally:
+            await resp.aclose()
+        value = answer.get(field) if isinstance(answer, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ProviderError(
+                f"{self._upstream_name}'s token count answer has no integer '{field}'.",
+                status=502,
+                code="server_error",
+            )
+        return value
+
     # ------------------------------------------------------------------ the glue
     async def open(self, url: str, body: JSON) -> UpstreamResponse:
         """POST ``body``; an HTTP error status is raised as the ProviderError a client should see."""

@@ -723,7 +723,8 @@ class LocalProvider(Provider):
         llm.eval(prompt[keep:])
 
     # ------------------------------------------------------------------ streaming
-    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+    async def _prompt(self, request: ResponseRequest) -> tuple[GrammarSpec, str | None, str, list[int]]:
+        """The request as the model reads it: grammar spec, grammar, tool mode and prompt tokens."""
         self._check_input(request)
         spec, grammar, mode = self._grammar(request)
         await self._ensure_loaded()
@@ -735,7 +736,14 @@ class LocalProvider(Provider):
             )
         except ValueError as exc:
             raise ProviderError(str(exc), status=500, code="server_error", type="server_error") from None
-        prompt = self.tokenize(prompt_text)
+        return spec, grammar, mode, self.tokenize(prompt_text)
+
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        """Exactly what ``usage.input_tokens`` would say: the rendered prompt, tokenized."""
+        return len((await self._prompt(request))[3])
+
+    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+        spec, grammar, _mode, prompt = await self._prompt(request)
         room = self.n_ctx - len(prompt)
         if room <= 0:
             raise ProviderError(

@@ -37,6 +37,22 @@ log = logging.getLogger("responses_gateway.openai_responses")
 GATEWAY_FIELDS = frozenset({"previous_response_id", "conversation", "background", "stream", "stream_options"})
 
 ALL_TOOL_TYPES = frozenset(TOOL_TYPES)
+# What POST /v1/responses/input_tokens takes of a create body.
+_COUNT_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "text",
+        "reasoning",
+        "truncation",
+        "conversation",
+        "previous_response_id",
+    }
+)
 
 
 def build_responses_body(request: ResponseRequest, *, upstream_model: str | None = None) -> JSON:
@@ -585,6 +601,11 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
 
     def endpoint(self, request: ResponseRequest) -> str:
         return self.url
+
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        """OpenAI's own ``/v1/responses/input_tokens`` on the body a request would send."""
+        body = {k: v for k, v in self.build_body(request).items() if k in _COUNT_FIELDS}
+        return await self.count_with(self.url + "/input_tokens", body, "input_tokens")
 
     def headers(self) -> dict[str, str]:
         """Request headers (the key among them: never log this)."""

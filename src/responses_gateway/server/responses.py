@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
@@ -42,7 +43,7 @@ from .bodies import parse_json_body
 from .capabilities import check_capabilities
 from .config import ServerConfig
 from .errors import HTTPError, send_json
-from .namespaces import adapt_tools
+from .namespaces import Flattening, adapt_tools
 from .request_log import RequestLog
 from .router import Router
 from .streaming import DetachedSink, JSONSink, Recording, SSESink, drive, follow_stream
@@ -248,6 +249,16 @@ class _Query:
 
 
 # ---------------------------------------------------------------------------------------- the API
+@dataclass(slots=True)
+class _Prepared:
+    request: ResponseRequest
+    provider: Provider
+    owner: str
+    turn: list[JSON]
+    client_tools: tuple[list[JSON], Any]
+    flattening: Flattening
+
+
 class ResponsesAPI:
     """``/v1/responses`` and ``/v1/responses/{id}…`` for one :class:`Host`."""
 
@@ -258,6 +269,7 @@ class ResponsesAPI:
     # ------------------------------------------------------------------------------ routing
     def register(self, router: Router) -> None:
         """The routes under ``/v1/responses/{response_id}``."""
+        router.add("/v1/responses/input_tokens", POST=self.input_tokens)
         router.add("/v1/responses/{rid}", GET=self._retrieve, DELETE=self._delete)
         router.add("/v1/responses/{rid}/input_items", GET=self._input_items)
         router.add("/v1/responses/{rid}/cancel", POST=self._cancel)
@@ -290,7 +302,10 @@ class ResponsesAPI:
             if not line.background:
                 line.write()
 
-    async def _create(self, scope: Scope, receive: Receive, send: Send, line: RequestLog) -> None:
+    async def _prepare(self, scope: Scope, receive: Receive, line: RequestLog | None = None) -> _Prepared:
+        """Everything up to the first event, shared by create and input_tokens: the body parsed, the
+        state resolved (previous response, conversation, item references), the back end chosen and
+        given hosted tools it cannot run as functions (the engine), and every refusal a 400."""
         app = self.app
         raw = await app.read_body(scope, receive)
         body = parse_json_body(raw)
@@ -298,7 +313,8 @@ class ResponsesAPI:
             request = parse_request(body)
         except RequestError as exc:
             raise HTTPError.from_request_error(exc) from None
-        line.model, line.stream = request.model, request.stream
+        if line is not None:
+            line.model, line.stream = request.model, request.stream
         owner = app.owner_for(scope)
         store = app.store
         conversation_id = _conversation_id(request)
@@ -361,6 +377,23 @@ class ResponsesAPI:
             except ProviderError as exc:
                 if not flattening.drop_refused(request, exc):
                     raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
+        return _Prepared(request, provider, owner, turn, client_tools, flattening)
+
+    async def input_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /v1/responses/input_tokens``: what the model would read for this request, counted by
+        the back end's own tokenizer or counting endpoint (a 400 saying so where it has none)."""
+        ready = await self._prepare(scope, receive)
+        try:
+            count = await ready.provider.count_input_tokens(ready.request)
+        except ProviderError as exc:
+            raise HTTPError.from_provider_error(exc) from None
+        await send_json(send, 200, orjson.dumps({"object": "response.input_tokens", "input_tokens": count}))
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send, line: RequestLog) -> None:
+        app = self.app
+        ready = await self._prepare(scope, receive, line)
+        request, provider, owner, turn = ready.request, ready.provider, ready.owner, ready.turn
+        client_tools, flattening, store = ready.client_tools, ready.flattening, app.store
         seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
         echo = request.echo()
         echo["tools"], echo["tool_choice"] = client_tools
