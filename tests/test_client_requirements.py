@@ -359,14 +359,14 @@ def test_lifecycle_snapshots_carry_id_created_at_and_model(gateway: Factory) -> 
 
 
 # ------------------------------------------------------------------------------- Open Responses
-def test_compact_endpoint_is_refused_clearly(gateway: Factory) -> None:
-    gw = gateway([ScriptedProvider([{"message": "x"}], name="m")])
-    for body in ({"model": "m", "input": "hi"}, {"input": "hi"}):
-        answer = httpx.post(gw.url("/v1/responses/compact"), json=body, timeout=30)
-        assert answer.status_code == 404
-        error = answer.json()["error"]
-        assert error["code"] == "unsupported_endpoint"
-        assert "compact" in error["message"]
+def test_compact_endpoint_compacts_and_a_missing_model_is_a_clear_400(gateway: Factory) -> None:
+    gw = gateway([ScriptedProvider([{"message": "notes"}], name="m")])
+    answer = httpx.post(gw.url("/v1/responses/compact"), json={"model": "m", "input": "hi"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    compacted = answer.json()
+    assert compacted["object"] == "response.compaction" and compacted["output"][-1]["type"] == "compaction"
+    missing = httpx.post(gw.url("/v1/responses/compact"), json={"input": "hi"}, timeout=30)
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
 
 
 def test_websocket_mode_is_refused_clearly(gateway: Factory) -> None:

@@ -45,12 +45,16 @@ class Engine(Provider):
         self.ctx = ctx
         self.name = inner.name
         self.capabilities = inner.capabilities
+        self.compacts = inner.compacts
 
     def check_request(self, request: ResponseRequest) -> None:
         self.inner.check_request(request)
 
     def secrets(self) -> tuple[str, ...]:
         return self.inner.secrets()
+
+    async def compact(self, request: ResponseRequest) -> JSON | None:
+        return await self.inner.compact(request)
 
     async def count_input_tokens(self, request: ResponseRequest) -> int:
         return await self.inner.count_input_tokens(request)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import ResponseRequest
@@ -70,6 +71,8 @@ class Provider(ABC):
 
     name: str = ""
     capabilities: Capabilities = Capabilities()
+    # Reads compaction items another server made (its own): the OpenAI passthrough.
+    compacts: bool = False
 
     def check_request(self, request: ResponseRequest) -> None:  # noqa: B027 - optional hook
         """Raise ProviderError(status=400, param=...) for anything this back end cannot honour."""
@@ -90,6 +93,12 @@ class Provider(ABC):
             type="invalid_request_error",
             param="model",
         )
+
+    async def compact(self, request: ResponseRequest) -> dict[str, Any] | None:
+        """A back end that compacts conversations itself (``POST /v1/responses/compact``) returns the
+        ``response.compaction`` object; the default None lets the gateway compact (engine/compaction.py).
+        Compaction items this back end made are passed to it untouched."""
+        return None
 
     def secrets(self) -> tuple[str, ...]:
         """The credentials this back end sends upstream. The model registry registers them with

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import RequestError, ResponseRequest
@@ -55,9 +56,13 @@ class FallbackProvider(Provider):
         primary = self.chain[0][1]
         self.name = primary.name
         self.capabilities = primary.capabilities
+        self.compacts = primary.compacts
 
     def check_request(self, request: ResponseRequest) -> None:
         self.chain[0][1].check_request(request)
+
+    async def compact(self, request: ResponseRequest) -> dict[str, Any] | None:
+        return await self.chain[0][1].compact(request)
 
     async def count_input_tokens(self, request: ResponseRequest) -> int:
         """Counted by the chain's first model (the one a request is sent to first)."""

@@ -37,6 +37,18 @@ log = logging.getLogger("responses_gateway.openai_responses")
 GATEWAY_FIELDS = frozenset({"previous_response_id", "conversation", "background", "stream", "stream_options"})
 
 ALL_TOOL_TYPES = frozenset(TOOL_TYPES)
+# What POST /v1/responses/compact takes of a create body.
+_COMPACT_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "service_tier",
+    }
+)
 # What POST /v1/responses/input_tokens takes of a create body.
 _COUNT_FIELDS = frozenset(
     {
@@ -601,6 +613,20 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
 
     def endpoint(self, request: ResponseRequest) -> str:
         return self.url
+
+    compacts = True
+
+    async def compact(self, request: ResponseRequest) -> JSON | None:
+        """OpenAI compacts natively: its own ``/v1/responses/compact``, answered as it comes."""
+        body = {k: v for k, v in self.build_body(request).items() if k in _COMPACT_FIELDS}
+        resp = await self.open(self.url + "/compact", body)
+        try:
+            answer = await resp.json()
+        finally:
+            await resp.aclose()
+        if not isinstance(answer, dict) or answer.get("object") != "response.compaction":
+            raise ProviderError("OpenAI's compaction answer is not a response.compaction.", status=502)
+        return answer
 
     async def count_input_tokens(self, request: ResponseRequest) -> int:
         """OpenAI's own ``/v1/responses/input_tokens`` on the body a request would send."""

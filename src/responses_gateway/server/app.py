@@ -60,8 +60,6 @@ class GatewayApp:
         self.responses = ResponsesAPI(self)
         self.router = Router()
         self.router.add("/v1/responses", POST=self.responses.create)
-        # Not a response id: the compaction endpoint, which this gateway does not serve.
-        self.router.add("/v1/responses/compact", POST=self._compact)
         self.router.add("/v1/models", GET=self._list_models)
         self.router.add("/v1/models/{name:path}", GET=self._get_model)
         self.router.add("/health", GET=self._health)
@@ -209,14 +207,6 @@ class GatewayApp:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "websocket.http.response.start", "status": err.status, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body, "more_body": False})
-
-    async def _compact(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raise HTTPError(
-            404,
-            "POST /v1/responses/compact (response compaction) is not supported by this gateway; "
-            "send the conversation in 'input' instead.",
-            code="unsupported_endpoint",
-        )
 
     async def read_body(self, scope: Scope, receive: Receive) -> bytes:
         """The request's body, at most ``max_body_bytes`` (413 past it); what every endpoint reads."""

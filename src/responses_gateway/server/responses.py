@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from ..engine import Engine, HostedTool, RunContext, plan_hosted
+from ..engine.compaction import compact, expand
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, parse_request
 from ..protocol.response import new_response
@@ -270,6 +271,7 @@ class ResponsesAPI:
     def register(self, router: Router) -> None:
         """The routes under ``/v1/responses/{response_id}``."""
         router.add("/v1/responses/input_tokens", POST=self.input_tokens)
+        router.add("/v1/responses/compact", POST=self.compact)
         router.add("/v1/responses/{rid}", GET=self._retrieve, DELETE=self._delete)
         router.add("/v1/responses/{rid}/input_items", GET=self._input_items)
         router.add("/v1/responses/{rid}/cancel", POST=self._cancel)
@@ -347,6 +349,21 @@ class ResponsesAPI:
             except NotFound as exc:
                 raise not_found(exc) from None
             request.input = [*context, *turn]
+        # Compaction items this gateway sealed become context again; another server's stay for a back
+        # end that compacts itself (the OpenAI passthrough), and are a 400 for any other.
+        try:
+            expanded = expand(request.input, app.sealer, owner)
+        except RequestError as exc:
+            raise HTTPError.from_request_error(exc) from None
+        if expanded is not None:
+            request.input = expanded
+            foreign = next((i for i, it in enumerate(expanded) if it.get("type") == "compaction"), None)
+            if foreign is not None and not provider.compacts:
+                raise _bad(
+                    "This compaction item was made by another server; this model cannot read it.",
+                    f"input[{foreign}]",
+                    "invalid_encrypted_content",
+                )
         # The Response echoes the tools as the client sent them, whatever the back end is given.
         client_tools = (request.tools, request.tool_choice)
         # Hosted tools the back end cannot run itself are offered as functions and run by the engine.
@@ -378,6 +395,18 @@ class ResponsesAPI:
                 if not flattening.drop_refused(request, exc):
                     raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
         return _Prepared(request, provider, owner, turn, client_tools, flattening)
+
+    async def compact(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /v1/responses/compact``: the conversation's user messages and one sealed compaction
+        item standing for the rest (the back end's own compaction where it has one)."""
+        ready = await self._prepare(scope, receive)
+        try:
+            result = await ready.provider.compact(ready.request)
+            if result is None:
+                result = await compact(ready.provider, ready.request, self.app.sealer, ready.owner)
+        except ProviderError as exc:
+            raise HTTPError.from_provider_error(exc) from None
+        await send_json(send, 200, orjson.dumps(result))
 
     async def input_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /v1/responses/input_tokens``: what the model would read for this request, counted by
