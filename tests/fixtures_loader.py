@@ -1,14 +1,13 @@
 """Locate and load the recorded upstream streams the tests replay.
 
 The recordings live in the repository (``tests/fixtures/recordings``, with their provenance and
-licences in its MANIFEST.md), so a clone from anywhere runs the suite; ``RG_FIXTURES_DIR`` points
-elsewhere. File formats are described in MANIFEST.md:
-``.sse`` raw SSE bodies, ``.chunks.jsonl`` one SSE data payload per line, ``.json`` one body.
+licences in its MANIFEST.md), and only there: a clone from anywhere runs the suite. File formats are
+described in MANIFEST.md: ``.sse`` raw SSE bodies, ``.chunks.jsonl`` one SSE data payload per line,
+``.json`` one body.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,7 @@ RECORDINGS = Path(__file__).resolve().parent / "fixtures" / "recordings"
 
 
 def fixtures_dir() -> Path:
-    """The fixtures directory: ``$RG_FIXTURES_DIR`` or the repository's ``tests/fixtures/recordings``."""
-    env = os.environ.get("RG_FIXTURES_DIR")
-    if env:
-        return Path(env)
+    """The fixtures directory: the repository's ``tests/fixtures/recordings``."""
     return RECORDINGS
 
 
@@ -60,7 +56,7 @@ def list_fixtures(prefix: str = "", suffixes: tuple[str, ...] = FIXTURE_SUFFIXES
     root = fixtures_dir()
     if not root.is_dir():
         # Loud, not an empty parametrization: a test over no recordings would pass having checked nothing.
-        raise FileNotFoundError(f"the recorded fixtures are not at {root} (set RG_FIXTURES_DIR)")
+        raise FileNotFoundError(f"the recorded fixtures are not at {root} (the repository's copy is missing)")
     names = []
     for path in root.iterdir():
         name = path.name

@@ -88,7 +88,7 @@ def opaque(items: list[Any], drop_ids: bool = False) -> list[Any]:
 
 
 def test_fixtures_found() -> None:
-    assert len(STREAMS) >= 26, "shared fixtures missing: set RG_FIXTURES_DIR"
+    assert len(STREAMS) >= 26, "recordings missing from tests/fixtures/recordings"
     assert set(IMPERFECT) | ID_MISMATCH | NO_TERMINAL <= set(STREAMS)
 
 
