@@ -367,7 +367,7 @@ async def _create_conversation(url: str) -> str:
     # Made through a second store on the same database (the Conversations endpoints have their own tests).
     store = await open_store(url)
     try:
-        conversation = await store.create_conversation(SHARED_OWNER)
+        conversation = await store.conversations.create_conversation(SHARED_OWNER)
     finally:
         await store.close()
     return str(conversation["id"])

@@ -256,37 +256,43 @@ def test_item_reference_resolution(store_url: str) -> None:
 def test_conversations_and_turn_append(store_url: str) -> None:
     async def main() -> None:
         async with opened(store_url) as store:
-            conv = await store.create_conversation(OWNER, items=[user("seed")], metadata={"topic": "t"})
+            conv = await store.conversations.create_conversation(
+                OWNER, items=[user("seed")], metadata={"topic": "t"}
+            )
             assert conv["object"] == "conversation" and conv["metadata"] == {"topic": "t"}
             cid = conv["id"]
             final, _ = await turn(store, [user("q1")], conversation=cid, script=rich)
-            page = await store.list_conversation_items(OWNER, cid, order="asc")
+            page = await store.conversations.list_conversation_items(OWNER, cid, order="asc")
             texts = [i["type"] for i in page["data"]]
             assert texts == ["message", "message", "reasoning", "function_call", "message"]
             assert page["data"][-1]["id"] == final["output"][-1]["id"]
             context, _ = await store.resolve_input(OWNER, [user("q2")], conversation_id=cid)
             assert [c["id"] for c in context] == [d["id"] for d in page["data"]]
-            added = await store.add_conversation_items(OWNER, cid, [user("extra"), user("extra2")])
+            added = await store.conversations.add_conversation_items(
+                OWNER, cid, [user("extra"), user("extra2")]
+            )
             assert len(added["data"]) == 2 and added["has_more"] is False
-            newest = await store.list_conversation_items(OWNER, cid, limit=2)
+            newest = await store.conversations.list_conversation_items(OWNER, cid, limit=2)
             assert [d["id"] for d in newest["data"]] == [added["data"][1]["id"], added["data"][0]["id"]]
             assert newest["has_more"] is True
-            one = await store.get_conversation_item(OWNER, cid, added["data"][0]["id"])
+            one = await store.conversations.get_conversation_item(OWNER, cid, added["data"][0]["id"])
             assert one["content"][0]["text"] == "extra"
-            after_delete = await store.delete_conversation_item(OWNER, cid, added["data"][0]["id"])
+            after_delete = await store.conversations.delete_conversation_item(
+                OWNER, cid, added["data"][0]["id"]
+            )
             assert after_delete["id"] == cid
             with pytest.raises(ItemNotFound):
-                await store.get_conversation_item(OWNER, cid, added["data"][0]["id"])
-            updated = await store.update_conversation(OWNER, cid, {"topic": "u"})
+                await store.conversations.get_conversation_item(OWNER, cid, added["data"][0]["id"])
+            updated = await store.conversations.update_conversation(OWNER, cid, {"topic": "u"})
             assert updated["metadata"] == {"topic": "u"}
-            assert (await store.get_conversation(OWNER, cid))["metadata"] == {"topic": "u"}
-            assert await store.delete_conversation(OWNER, cid) == {
+            assert (await store.conversations.get_conversation(OWNER, cid))["metadata"] == {"topic": "u"}
+            assert await store.conversations.delete_conversation(OWNER, cid) == {
                 "id": cid,
                 "object": "conversation.deleted",
                 "deleted": True,
             }
             with pytest.raises(ConversationNotFound):
-                await store.get_conversation(OWNER, cid)
+                await store.conversations.get_conversation(OWNER, cid)
 
     run(main())
 
@@ -294,7 +300,9 @@ def test_conversations_and_turn_append(store_url: str) -> None:
 def test_ownership_isolation_on_every_operation(store_url: str) -> None:
     async def main() -> None:
         async with opened(store_url) as store:
-            conv = await store.create_conversation(OWNER, items=[{**user("c"), "id": "msg_conv"}])
+            conv = await store.conversations.create_conversation(
+                OWNER, items=[{**user("c"), "id": "msg_conv"}]
+            )
             final, _ = await turn(store, [{**user("q"), "id": "msg_mine"}], conversation=conv["id"])
             rid, cid = final["id"], conv["id"]
             attempts: list[tuple[Any, type[Exception]]] = [
@@ -313,13 +321,13 @@ def test_ownership_isolation_on_every_operation(store_url: str) -> None:
                     ItemReferenceNotFound,
                 ),
                 (store.resolve_input(OTHER, [], conversation_id=cid), ConversationNotFound),
-                (store.get_conversation(OTHER, cid), ConversationNotFound),
-                (store.update_conversation(OTHER, cid, {"x": "y"}), ConversationNotFound),
-                (store.delete_conversation(OTHER, cid), ConversationNotFound),
-                (store.list_conversation_items(OTHER, cid), ConversationNotFound),
-                (store.add_conversation_items(OTHER, cid, [user("z")]), ConversationNotFound),
-                (store.get_conversation_item(OTHER, cid, "msg_conv"), ConversationNotFound),
-                (store.delete_conversation_item(OTHER, cid, "msg_conv"), ConversationNotFound),
+                (store.conversations.get_conversation(OTHER, cid), ConversationNotFound),
+                (store.conversations.update_conversation(OTHER, cid, {"x": "y"}), ConversationNotFound),
+                (store.conversations.delete_conversation(OTHER, cid), ConversationNotFound),
+                (store.conversations.list_conversation_items(OTHER, cid), ConversationNotFound),
+                (store.conversations.add_conversation_items(OTHER, cid, [user("z")]), ConversationNotFound),
+                (store.conversations.get_conversation_item(OTHER, cid, "msg_conv"), ConversationNotFound),
+                (store.conversations.delete_conversation_item(OTHER, cid, "msg_conv"), ConversationNotFound),
             ]
             for coro, error in attempts:
                 with pytest.raises(error):
@@ -328,7 +336,7 @@ def test_ownership_isolation_on_every_operation(store_url: str) -> None:
                 await turn(store, [user("q")], owner=OTHER, conversation=cid)
             # Nothing the other owner tried changed anything.
             assert (await store.get_response(OWNER, rid))["status"] == "completed"
-            assert len((await store.list_conversation_items(OWNER, cid))["data"]) == 3
+            assert len((await store.conversations.list_conversation_items(OWNER, cid))["data"]) == 3
             deleted = await store.delete_response(OWNER, rid)
             assert deleted == {"id": rid, "object": "response", "deleted": True}
             with pytest.raises(ResponseNotFound):

@@ -135,7 +135,8 @@ class Engine(Provider):
     ) -> ResponseRequest:
         """The request for the next turn: the turn's output (hosted calls as calls and outputs) appended."""
         plan = self.plan
-        history = plan.history([_as_input(item) for item in output], self.ctx.owner)
+        # Output items are valid input items as they are (each copied: the next turn must not share them).
+        history = plan.history([dict(item) for item in output], self.ctx.owner)
         limit = request.max_output_tokens
         nxt = dataclasses.replace(
             request,
@@ -147,11 +148,6 @@ class Engine(Provider):
             # The last turn, or the budget is spent: the model answers without the tool.
             nxt = plan.without_tools(nxt)
         return nxt
-
-
-def _as_input(item: JSON) -> JSON:
-    """An output item as an input item (the shapes are the same)."""
-    return dict(item)
 
 
 def _add_usage(totals: list[int], usage: JSON | None) -> None:

@@ -18,7 +18,15 @@ from .local_grammar import CALL_ARGS, CALL_CLOSE, CALL_HEAD, CALL_OPEN
 
 JSON = dict[str, Any]
 
-__all__ = ["END_OF_TURN", "START_OF_TURN", "Turn", "conversation", "render_prompt", "tool_preamble"]
+__all__ = [
+    "END_OF_TURN",
+    "START_OF_TURN",
+    "Turn",
+    "conversation",
+    "merge_turns",
+    "render_prompt",
+    "tool_preamble",
+]
 
 # ("user" | "model", text): one turn of the conversation, in Gemma's role names.
 Turn = tuple[str, str]
@@ -107,18 +115,24 @@ def conversation(
     return "\n\n".join(t for t in (instructions, *system, preamble) if t), turns
 
 
-def render_prompt(items: list[JSON], *, instructions: str | None = None, preamble: str | None = None) -> str:
-    """Gemma's format: the prompt text (without BOS) ending with an open model turn."""
-    system, turns = conversation(items, instructions=instructions, preamble=preamble)
-    head = [system] if system else []
-    merged: list[list[str]] = []
+def merge_turns(turns: list[Turn]) -> tuple[list[str], list[list[str]]]:
+    """Consecutive turns of one role as one: the roles in order, and each one's texts."""
     roles: list[str] = []
+    merged: list[list[str]] = []
     for role, text in turns:
         if roles and roles[-1] == role:
             merged[-1].append(text)
         else:
             roles.append(role)
             merged.append([text])
+    return roles, merged
+
+
+def render_prompt(items: list[JSON], *, instructions: str | None = None, preamble: str | None = None) -> str:
+    """Gemma's format: the prompt text (without BOS) ending with an open model turn."""
+    system, turns = conversation(items, instructions=instructions, preamble=preamble)
+    head = [system] if system else []
+    roles, merged = merge_turns(turns)
     if not roles or roles[0] != "user":
         roles.insert(0, "user")
         merged.insert(0, [])

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .gguf_file import GGUFInfo
-from .local_prompt import Turn, conversation, render_prompt
+from .local_prompt import Turn, conversation, merge_turns, render_prompt
 
 JSON = dict[str, Any]
 
@@ -177,14 +177,7 @@ class TranscriptFormat:
         out = [f"{system}\n\n" if system else "", f"{_TRANSCRIPT_HEAD}\n\n"]
         for question, answer in _EXAMPLES:
             out.append(f"Question: {question}\nAnswer: {answer}\n\n")
-        merged: list[list[str]] = []
-        roles: list[str] = []
-        for role, text in turns:
-            if roles and roles[-1] == role:
-                merged[-1].append(text)
-            else:
-                roles.append(role)
-                merged.append([text])
+        roles, merged = merge_turns(turns)
         for role, texts in zip(roles, merged, strict=True):
             label = "Answer" if role == "model" else "Question"
             out.append(f"{label}: {chr(10).join(texts).strip()}\n\n")

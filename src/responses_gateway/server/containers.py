@@ -40,6 +40,7 @@ from ..engine.tools.containers import (
     remove_file,
     write_file,
 )
+from ..store.rows import page
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
 from .query import ListQuery, invalid
@@ -65,16 +66,7 @@ def _page(query: ListQuery, items: list[JSON]) -> bytes:
     if after is not None:
         ids = [i["id"] for i in ordered]
         ordered = ordered[ids.index(after) + 1 :] if after in ids else []
-    page = ordered[:limit]
-    return orjson.dumps(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(ordered) > limit,
-        }
-    )
+    return orjson.dumps(page(ordered[: limit + 1], limit))
 
 
 class ContainersAPI:

@@ -234,12 +234,14 @@ class ConversationsAPI:
         metadata = _metadata(body.get("metadata"))
         owner = self._owner(scope)
         items = await self._items_to_store(store, owner, items)
-        await self._ok(send, await store.create_conversation(owner, items=items, metadata=metadata))
+        await self._ok(
+            send, await store.conversations.create_conversation(owner, items=items, metadata=metadata)
+        )
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
         store = self._need_store()
         try:
-            conversation = await store.get_conversation(self._owner(scope), cid)
+            conversation = await store.conversations.get_conversation(self._owner(scope), cid)
         except NotFound as exc:
             raise _not_found(exc) from None
         await self._ok(send, conversation)
@@ -254,7 +256,7 @@ class ConversationsAPI:
             )
         metadata = _metadata(body["metadata"])
         try:
-            conversation = await store.update_conversation(self._owner(scope), cid, metadata)
+            conversation = await store.conversations.update_conversation(self._owner(scope), cid, metadata)
         except NotFound as exc:
             raise _not_found(exc) from None
         await self._ok(send, conversation)
@@ -262,7 +264,7 @@ class ConversationsAPI:
     async def _delete(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
         store = self._need_store()
         try:
-            deleted = await store.delete_conversation(self._owner(scope), cid)
+            deleted = await store.conversations.delete_conversation(self._owner(scope), cid)
         except NotFound as exc:
             raise _not_found(exc) from None
         await self._ok(send, deleted)
@@ -272,7 +274,7 @@ class ConversationsAPI:
         query = _Query(scope)
         include, limit, order, after = query.include(), query.limit(), query.order(), query.after()
         try:
-            page = await store.list_conversation_items(
+            page = await store.conversations.list_conversation_items(
                 self._owner(scope), cid, after=after, limit=limit, order=order, include=include
             )
         except NotFound as exc:
@@ -289,9 +291,9 @@ class ConversationsAPI:
         owner = self._owner(scope)
         try:
             # Checked before resolving references, so a missing conversation is the 404 reported.
-            await store.get_conversation(owner, cid)
+            await store.conversations.get_conversation(owner, cid)
             items = await self._items_to_store(store, owner, items)
-            page = await store.add_conversation_items(owner, cid, items)
+            page = await store.conversations.add_conversation_items(owner, cid, items)
         except NotFound as exc:
             raise _not_found(exc) from None
         # Stored items keep everything; the answer hides what ``include`` does not ask for.
@@ -304,7 +306,7 @@ class ConversationsAPI:
         include = _Query(scope).include()
         owner = self._owner(scope)
         try:
-            item = await store.get_conversation_item(owner, cid, item_id, include=include)
+            item = await store.conversations.get_conversation_item(owner, cid, item_id, include=include)
         except NotFound as exc:
             raise _not_found(exc) from None
         await self._ok(send, self._show([item], include, owner)[0])
@@ -314,7 +316,9 @@ class ConversationsAPI:
     ) -> None:
         store = self._need_store()
         try:
-            conversation = await store.delete_conversation_item(self._owner(scope), cid, item_id)
+            conversation = await store.conversations.delete_conversation_item(
+                self._owner(scope), cid, item_id
+            )
         except NotFound as exc:
             raise _not_found(exc) from None
         await self._ok(send, conversation)

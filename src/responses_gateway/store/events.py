@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -116,6 +116,22 @@ class Events:
         self._dirty: dict[EventRecorder, None] = {}
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_task: asyncio.Task[None] | None = None
+
+    async def _write_snapshot(
+        self, tx: Tx, response_id: str, snapshot: JSON, *, owner: tuple[Any, Any] | None = None
+    ) -> None:
+        """A lifecycle snapshot into its row: a terminal one with its output items and conversation
+        append (``write_final``), any other as the status and the latest Response."""
+        if snapshot["status"] in TERMINAL:
+            await write_final(self.db, tx, response_id, snapshot, owner=owner)
+            return
+        await tx.write(
+            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
+            snapshot["status"],
+            dumps(snapshot),
+            time.time(),
+            response_id,
+        )
 
     async def close(self) -> None:
         """Write what is pending now, so recovery finds every event a client was sent."""
@@ -237,17 +253,9 @@ class Events:
                 rows_out.extend((rid, int(e["sequence_number"]), dumps(e)) for e in events)
                 snapshot = _snapshot_of(events)
                 if snapshot is not None and snapshot.get("status") in TRANSITIONS[current]:
+                    await self._write_snapshot(tx, rid, snapshot)
                     if snapshot["status"] in TERMINAL:
-                        await write_final(self.db, tx, rid, snapshot)
                         status[rid] = str(snapshot["status"])
-                    else:
-                        await tx.write(
-                            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
-                            snapshot["status"],
-                            dumps(snapshot),
-                            time.time(),
-                            rid,
-                        )
                         status[rid] = str(snapshot["status"])
             if rows_out:
                 await tx.writemany(
@@ -375,16 +383,7 @@ class Events:
                     [(response_id, int(e["sequence_number"]), dumps(e)) for e in events],
                 )
             if snapshot is not None and snapshot.get("status") in TRANSITIONS[row[0]]:
-                if snapshot["status"] in TERMINAL:
-                    await write_final(self.db, tx, response_id, snapshot, owner=(row[1], row[2]))
-                else:
-                    await tx.write(
-                        "UPDATE rg_responses SET status = ?, response = ?, updated_at = ? WHERE id = ?",
-                        snapshot["status"],
-                        dumps(snapshot),
-                        time.time(),
-                        response_id,
-                    )
+                await self._write_snapshot(tx, response_id, snapshot, owner=(row[1], row[2]))
         return True
 
     async def _end_in_one_trip(self, tx: Tx, response_id: str, events: list[JSON], response: JSON) -> bool:
