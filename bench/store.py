@@ -85,9 +85,9 @@ async def one_response(store: Store | None, deltas: int, interval: float) -> Sam
     create = 0.0
     if store is not None:
         c0 = perf()
-        _context, turn = await store.resolve_input(OWNER, INPUT)
+        _context, turn = await store.responses.resolve_input(OWNER, INPUT)
         builder.start()
-        await store.create_response(OWNER, builder.snapshot(), request=REQUEST, input_items=turn)
+        await store.responses.create_response(OWNER, builder.snapshot(), request=REQUEST, input_items=turn)
         recorder = store.recorder(builder.response["id"])
         create = perf() - c0
     else:
@@ -150,7 +150,7 @@ async def measure(url: str, args: argparse.Namespace) -> JSON:
                 off.append(await one_response(None, args.deltas, interval))
         # Every terminal commit was awaited inside its sample: each stored response is complete.
         for sample in (on[0], on[-1]):
-            stored = await store.get_response(OWNER, sample.response_id)
+            stored = await store.responses.get_response(OWNER, sample.response_id)
             assert stored["status"] == "completed" and stored["output"], stored["status"]
     finally:
         await store.close()

@@ -1033,7 +1033,9 @@ def test_the_end_of_a_response_survives_a_database_hiccup(tmp_path: Path) -> Non
         try:
             builder = StreamBuilder(new_response("m"))
             builder.start()
-            await store.create_response("o", builder.snapshot(), request={}, input_items=[user("x")])
+            await store.responses.create_response(
+                "o", builder.snapshot(), request={}, input_items=[user("x")]
+            )
             recorder = store.recorder(builder.response["id"])
             recorder.add_nowait(builder.take())
             real = store.events.write_events
@@ -1050,7 +1052,7 @@ def test_the_end_of_a_response_survives_a_database_hiccup(tmp_path: Path) -> Non
             builder.complete()
             await recorder.add(builder.take())
             assert not failures
-            got = await store.get_response("o", builder.response["id"])
+            got = await store.responses.get_response("o", builder.response["id"])
             return str(got["status"])
         finally:
             await store.close()

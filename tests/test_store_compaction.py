@@ -52,7 +52,7 @@ async def stored_turn(
     response = new_response("test-model")
     builder = StreamBuilder(response)
     builder.start()
-    await store.create_response(OWNER, builder.snapshot(), request={}, input_items=[user("hi")])
+    await store.responses.create_response(OWNER, builder.snapshot(), request={}, input_items=[user("hi")])
     recorder = store.recorder(response["id"])
     events = builder.take()
     script(builder)
@@ -102,17 +102,17 @@ def test_replay_after_compaction_is_what_the_client_got(
         async with opened(store_url) as store:
             response, events = await stored_turn(store, script, end)
             rid = response["id"]
-            before = await store.get_response(OWNER, rid, include=["reasoning.encrypted_content"])
+            before = await store.responses.get_response(OWNER, rid, include=["reasoning.encrypted_content"])
             await store.compact_response(rid)  # (also run in the background when the response ended)
             replay = await collect(store.stream_events(OWNER, rid))
             assert [orjson.dumps(e) for e in replay] == [orjson.dumps(e) for e in events]
             middle = len(events) // 2
             tail = await collect(store.stream_events(OWNER, rid, starting_after=middle))
             assert tail == events[middle + 1 :]
-            after = await store.get_response(OWNER, rid, include=["reasoning.encrypted_content"])
+            after = await store.responses.get_response(OWNER, rid, include=["reasoning.encrypted_content"])
             assert orjson.dumps(after) == orjson.dumps(before)
             # A chain through it still carries its output.
-            context, _ = await store.resolve_input(OWNER, [user("next")], previous_response_id=rid)
+            context, _ = await store.responses.resolve_input(OWNER, [user("next")], previous_response_id=rid)
             assert context[-len(response["output"]) :] == response["output"] if response["output"] else True
 
     asyncio.run(go())

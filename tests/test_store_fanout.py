@@ -39,7 +39,7 @@ def test_follow_from_another_instance_without_gap_or_duplicate() -> None:
             response = new_response("m", background=True)
             builder = StreamBuilder(response)
             builder.start()
-            await a.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
+            await a.responses.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
             recorder = a.recorder(response["id"])
             sent = builder.take()
             await recorder.add(sent)
@@ -84,7 +84,7 @@ def test_follow_from_another_instance_without_gap_or_duplicate() -> None:
             got = await asyncio.wait_for(follower, 10)
             assert [e["sequence_number"] for e in got] == list(range(2, len(sent)))
             assert got == sent[2:]
-            assert (await b.get_response(OWNER, response["id"]))["status"] == "completed"
+            assert (await b.responses.get_response(OWNER, response["id"]))["status"] == "completed"
             # After the end, a late follower on B is served from the database alone.
             assert await collect(b.stream_events(OWNER, response["id"])) == sent
 
@@ -97,7 +97,7 @@ def test_cancel_on_one_instance_stops_work_on_the_other() -> None:
             response = new_response("m", background=True)
             builder = StreamBuilder(response)
             builder.start()
-            await a.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
+            await a.responses.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
             recorder = a.recorder(response["id"])
             await recorder.add(builder.take())
             stop = a.cancel_event(response["id"])
@@ -114,10 +114,10 @@ def test_cancel_on_one_instance_stops_work_on_the_other() -> None:
 
             worker = asyncio.create_task(work_on_a())
             await asyncio.sleep(0.1)
-            result = await b.cancel_response(OWNER, response["id"], wait=5)
+            result = await b.responses.cancel_response(OWNER, response["id"], wait=5)
             await asyncio.wait_for(worker, 5)
             assert result["status"] == "cancelled"
-            assert (await a.get_response(OWNER, response["id"]))["status"] == "cancelled"
+            assert (await a.responses.get_response(OWNER, response["id"]))["status"] == "cancelled"
 
     run(main())
 
@@ -131,10 +131,10 @@ def test_cancel_reaches_the_other_instance_through_the_database_without_redis() 
             response = new_response("m", background=True)
             builder = StreamBuilder(response)
             builder.start()
-            await a.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
+            await a.responses.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
             await a.recorder(response["id"]).add(builder.take())
             stop = a.cancel_event(response["id"])
-            await b.cancel_response(OWNER, response["id"], wait=0)
+            await b.responses.cancel_response(OWNER, response["id"], wait=0)
             await asyncio.wait_for(stop.wait(), 5)  # picked up by A's heartbeat
         finally:
             await a.close()

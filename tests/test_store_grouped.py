@@ -36,7 +36,7 @@ async def _start(store: Store, text: str) -> tuple[StreamBuilder, str]:
     builder = StreamBuilder(new_response("test-model"))
     builder.start()
     snapshot = builder.snapshot()
-    await store.create_response(OWNER, snapshot, request={"input": text}, input_items=[user(text)])
+    await store.responses.create_response(OWNER, snapshot, request={"input": text}, input_items=[user(text)])
     return builder, str(snapshot["id"])
 
 
@@ -56,7 +56,7 @@ def test_many_streams_written_together_within_the_flush_interval(store_url: str)
                 await asyncio.sleep(0.01)
             # The one in the middle is deleted while its events wait for the grouped write.
             victim = started[20][1]
-            await store.delete_response(OWNER, victim)
+            await store.responses.delete_response(OWNER, victim)
             await asyncio.sleep(0.2)  # several flush intervals
             seqs = await _stored_seqs(store)
             assert victim not in seqs
@@ -66,18 +66,18 @@ def test_many_streams_written_together_within_the_flush_interval(store_url: str)
                 sent = recorder.recorded
                 assert seqs[rid] == list(range(sent)), rid
                 # Each response's own snapshot moved to in_progress with it.
-                assert (await store.get_response(OWNER, rid))["status"] == "in_progress"
+                assert (await store.responses.get_response(OWNER, rid))["status"] == "in_progress"
             # The end of each still goes through its own transaction, after the grouped writes.
             builder, rid = started[0]
             builder.close_message(builder.items[-1])
             builder.complete()
             await recorders[0].add(builder.take())
-            final = await store.get_response(OWNER, rid)
+            final = await store.responses.get_response(OWNER, rid)
             assert final["status"] == "completed"
             assert final["output"][0]["content"][0]["text"] == "t0 t1 t2 t3 t4 "
             assert (await _stored_seqs(store))[rid] == list(range(recorders[0].recorded))
             with pytest.raises(ResponseNotFound):
-                await store.get_response(OWNER, victim)
+                await store.responses.get_response(OWNER, victim)
 
     run(main())
 
@@ -93,7 +93,9 @@ def test_creates_at_the_same_moment_fail_alone(store_url: str) -> None:
             snapshots[3] = {**snapshots[3], "id": snapshots[1]["id"]}
             results = await asyncio.gather(
                 *(
-                    store.create_response(OWNER, snap, request={"input": "x"}, input_items=[user("x")])
+                    store.responses.create_response(
+                        OWNER, snap, request={"input": "x"}, input_items=[user("x")]
+                    )
                     for snap in snapshots
                 ),
                 return_exceptions=True,
@@ -102,9 +104,9 @@ def test_creates_at_the_same_moment_fail_alone(store_url: str) -> None:
             for index, snap in enumerate(snapshots):
                 if index == 3:
                     continue
-                stored = await store.get_response(OWNER, snap["id"])
+                stored = await store.responses.get_response(OWNER, snap["id"])
                 assert stored["status"] == "in_progress"
-                items = await store.list_input_items(OWNER, snap["id"])
+                items = await store.responses.list_input_items(OWNER, snap["id"])
                 assert [item["content"][0]["text"] for item in items["data"]] == ["x"]
 
     run(main())
@@ -122,7 +124,7 @@ def test_an_end_writes_status_events_and_output_items_together(store_url: str) -
             builder.message("the answer")
             builder.complete()
             await recorder.add(builder.take())
-            final = await store.get_response(OWNER, rid)
+            final = await store.responses.get_response(OWNER, rid)
             assert final["status"] == "completed"
             assert (await _stored_seqs(store))[rid] == list(range(recorder.recorded))
             item_id = final["output"][0]["id"]
@@ -136,7 +138,7 @@ def test_an_end_writes_status_events_and_output_items_together(store_url: str) -
             other, gone = await _start(store, "r")
             late = store.recorder(gone)
             late.add_nowait(other.take())
-            await store.delete_response(OWNER, gone)
+            await store.responses.delete_response(OWNER, gone)
             other.message("late")
             other.complete()
             await late.add(other.take())

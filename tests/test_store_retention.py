@@ -29,7 +29,9 @@ def test_expired_responses_go_with_their_items_and_events(store_url: str) -> Non
             running = new_response("test-model")
             builder = StreamBuilder(running)
             builder.start()
-            await store.create_response(OWNER, builder.snapshot(), request={}, input_items=[user("run")])
+            await store.responses.create_response(
+                OWNER, builder.snapshot(), request={}, input_items=[user("run")]
+            )
             await store.recorder(running["id"]).add(builder.take())
             async with store.db.transaction() as tx:
                 for rid in (old["id"], old_follow["id"], running["id"]):
@@ -41,15 +43,15 @@ def test_expired_responses_go_with_their_items_and_events(store_url: str) -> Non
             assert await store.expire() == 2
             for rid in (old["id"], old_follow["id"]):
                 with pytest.raises(ResponseNotFound):
-                    await store.get_response(OWNER, rid)
+                    await store.responses.get_response(OWNER, rid)
                 async with store.db.transaction() as tx:
                     for table in ("rg_items", "rg_events"):
                         row = await tx.fetchone(f"SELECT COUNT(*) FROM {table} WHERE response_id = ?", rid)
                         assert row is not None and row[0] == 0, table
             with pytest.raises(PreviousResponseNotFound):
-                await store.resolve_input(OWNER, [user("more")], previous_response_id=old["id"])
-            assert (await store.get_response(OWNER, recent["id"]))["status"] == "completed"
-            assert (await store.get_response(OWNER, running["id"]))["status"] == "in_progress"
+                await store.responses.resolve_input(OWNER, [user("more")], previous_response_id=old["id"])
+            assert (await store.responses.get_response(OWNER, recent["id"]))["status"] == "completed"
+            assert (await store.responses.get_response(OWNER, running["id"]))["status"] == "in_progress"
             assert await store.expire() == 0
 
     asyncio.run(go())

@@ -80,7 +80,7 @@ async def turn(
     script: Callable[[StreamBuilder], None] | None = None,
 ) -> tuple[JSON, list[JSON]]:
     """Run one stored turn the way the server will; the final Response and every event."""
-    _context, resolved = await store.resolve_input(
+    _context, resolved = await store.responses.resolve_input(
         owner, input_items, previous_response_id=previous, conversation_id=conversation
     )
     response = new_response(
@@ -88,7 +88,7 @@ async def turn(
     )
     builder = StreamBuilder(response)
     builder.start()
-    await store.create_response(
+    await store.responses.create_response(
         owner, builder.snapshot(), request={"input": input_items}, input_items=resolved
     )
     recorder = store.recorder(response["id"])
@@ -137,13 +137,15 @@ def test_round_trip_with_every_item_type(store_url: str) -> None:
     async def main() -> None:
         async with opened(store_url) as store:
             final, events = await turn(store, inputs, script=rich)
-            got = await store.get_response(OWNER, final["id"], include=["reasoning.encrypted_content"])
+            got = await store.responses.get_response(
+                OWNER, final["id"], include=["reasoning.encrypted_content"]
+            )
             assert got == final
             assert got["status"] == "completed" and got["usage"]["total_tokens"] == 15
-            plain = await store.get_response(OWNER, final["id"])
+            plain = await store.responses.get_response(OWNER, final["id"])
             assert "encrypted_content" not in plain["output"][0]
             assert [o["type"] for o in plain["output"]] == ["reasoning", "function_call", "message"]
-            page = await store.list_input_items(OWNER, final["id"], order="asc", limit=100)
+            page = await store.responses.list_input_items(OWNER, final["id"], order="asc", limit=100)
             assert [i.get("type", "?") for i in page["data"]][1:] == [i["type"] for i in inputs[1:]]
             assert all(i["id"] for i in page["data"])
             assert page["data"][3] == {k: v for k, v in inputs[3].items() if k != "encrypted_content"}
@@ -161,7 +163,7 @@ def test_input_items_pagination_both_orders(store_url: str) -> None:
             rid = final["id"]
 
             async def ids(**kw: Any) -> tuple[list[str], bool, str | None, str | None]:
-                page = await store.list_input_items(OWNER, rid, **kw)
+                page = await store.responses.list_input_items(OWNER, rid, **kw)
                 assert page["object"] == "list"
                 return [d["id"] for d in page["data"]], page["has_more"], page["first_id"], page["last_id"]
 
@@ -181,9 +183,9 @@ def test_input_items_pagination_both_orders(store_url: str) -> None:
             assert (await ids(order="desc", after="msg_5", before="msg_1"))[0] == ["msg_4", "msg_3", "msg_2"]
             assert await ids(order="asc", after="msg_6") == ([], False, None, None)
             with pytest.raises(ItemNotFound):
-                await store.list_input_items(OWNER, rid, after="msg_nope")
+                await store.responses.list_input_items(OWNER, rid, after="msg_nope")
             with pytest.raises(ValueError):
-                await store.list_input_items(OWNER, rid, limit=0)
+                await store.responses.list_input_items(OWNER, rid, limit=0)
 
     run(main())
 
@@ -195,7 +197,7 @@ def test_previous_response_chain_rebuilds_turns_in_order(store_url: str) -> None
             call_output = {"type": "function_call_output", "call_id": "call_1", "output": "result"}
             second, _ = await turn(store, [call_output], previous=first["id"])
             third_input = [user("q3")]
-            context, resolved = await store.resolve_input(
+            context, resolved = await store.responses.resolve_input(
                 OWNER, third_input, previous_response_id=second["id"]
             )
             assert resolved == third_input
@@ -220,12 +222,12 @@ def test_missing_previous_response(store_url: str) -> None:
     async def main() -> None:
         async with opened(store_url) as store:
             with pytest.raises(PreviousResponseNotFound) as caught:
-                await store.resolve_input(OWNER, [user("x")], previous_response_id="resp_missing")
+                await store.responses.resolve_input(OWNER, [user("x")], previous_response_id="resp_missing")
             assert caught.value.code == "previous_response_not_found"
             assert caught.value.param == "previous_response_id"
             first, _ = await turn(store, [user("q")])
             with pytest.raises(PreviousResponseNotFound):
-                await store.resolve_input(OTHER, [user("x")], previous_response_id=first["id"])
+                await store.responses.resolve_input(OTHER, [user("x")], previous_response_id=first["id"])
 
     run(main())
 
@@ -240,15 +242,17 @@ def test_item_reference_resolution(store_url: str) -> None:
                 {"type": "item_reference", "id": fc_id},
                 user("next"),
             ]
-            _ctx, resolved = await store.resolve_input(OWNER, refs)
+            _ctx, resolved = await store.responses.resolve_input(OWNER, refs)
             assert resolved[0]["content"][0]["text"] == "hello"
             assert resolved[1] == first["output"][1]
             assert resolved[2] == refs[2]
             with pytest.raises(ItemReferenceNotFound) as caught:
-                await store.resolve_input(OWNER, [user("a"), {"type": "item_reference", "id": "msg_none"}])
+                await store.responses.resolve_input(
+                    OWNER, [user("a"), {"type": "item_reference", "id": "msg_none"}]
+                )
             assert caught.value.param == "input[1]"
             with pytest.raises(ItemReferenceNotFound):
-                await store.resolve_input(OTHER, refs[:1])
+                await store.responses.resolve_input(OTHER, refs[:1])
 
     run(main())
 
@@ -266,7 +270,7 @@ def test_conversations_and_turn_append(store_url: str) -> None:
             texts = [i["type"] for i in page["data"]]
             assert texts == ["message", "message", "reasoning", "function_call", "message"]
             assert page["data"][-1]["id"] == final["output"][-1]["id"]
-            context, _ = await store.resolve_input(OWNER, [user("q2")], conversation_id=cid)
+            context, _ = await store.responses.resolve_input(OWNER, [user("q2")], conversation_id=cid)
             assert [c["id"] for c in context] == [d["id"] for d in page["data"]]
             added = await store.conversations.add_conversation_items(
                 OWNER, cid, [user("extra"), user("extra2")]
@@ -306,21 +310,24 @@ def test_ownership_isolation_on_every_operation(store_url: str) -> None:
             final, _ = await turn(store, [{**user("q"), "id": "msg_mine"}], conversation=conv["id"])
             rid, cid = final["id"], conv["id"]
             attempts: list[tuple[Any, type[Exception]]] = [
-                (store.get_response(OTHER, rid), ResponseNotFound),
-                (store.delete_response(OTHER, rid), ResponseNotFound),
-                (store.list_input_items(OTHER, rid), ResponseNotFound),
-                (store.cancel_response(OTHER, rid), ResponseNotFound),
+                (store.responses.get_response(OTHER, rid), ResponseNotFound),
+                (store.responses.delete_response(OTHER, rid), ResponseNotFound),
+                (store.responses.list_input_items(OTHER, rid), ResponseNotFound),
+                (store.responses.cancel_response(OTHER, rid), ResponseNotFound),
                 (collect(store.stream_events(OTHER, rid)), ResponseNotFound),
-                (store.resolve_input(OTHER, [], previous_response_id=rid), PreviousResponseNotFound),
                 (
-                    store.resolve_input(OTHER, [{"type": "item_reference", "id": "msg_mine"}]),
+                    store.responses.resolve_input(OTHER, [], previous_response_id=rid),
+                    PreviousResponseNotFound,
+                ),
+                (
+                    store.responses.resolve_input(OTHER, [{"type": "item_reference", "id": "msg_mine"}]),
                     ItemReferenceNotFound,
                 ),
                 (
-                    store.resolve_input(OTHER, [{"type": "item_reference", "id": "msg_conv"}]),
+                    store.responses.resolve_input(OTHER, [{"type": "item_reference", "id": "msg_conv"}]),
                     ItemReferenceNotFound,
                 ),
-                (store.resolve_input(OTHER, [], conversation_id=cid), ConversationNotFound),
+                (store.responses.resolve_input(OTHER, [], conversation_id=cid), ConversationNotFound),
                 (store.conversations.get_conversation(OTHER, cid), ConversationNotFound),
                 (store.conversations.update_conversation(OTHER, cid, {"x": "y"}), ConversationNotFound),
                 (store.conversations.delete_conversation(OTHER, cid), ConversationNotFound),
@@ -335,12 +342,12 @@ def test_ownership_isolation_on_every_operation(store_url: str) -> None:
             with pytest.raises(ConversationNotFound):
                 await turn(store, [user("q")], owner=OTHER, conversation=cid)
             # Nothing the other owner tried changed anything.
-            assert (await store.get_response(OWNER, rid))["status"] == "completed"
+            assert (await store.responses.get_response(OWNER, rid))["status"] == "completed"
             assert len((await store.conversations.list_conversation_items(OWNER, cid))["data"]) == 3
-            deleted = await store.delete_response(OWNER, rid)
+            deleted = await store.responses.delete_response(OWNER, rid)
             assert deleted == {"id": rid, "object": "response", "deleted": True}
             with pytest.raises(ResponseNotFound):
-                await store.get_response(OWNER, rid)
+                await store.responses.get_response(OWNER, rid)
 
     run(main())
 
@@ -351,8 +358,10 @@ def test_event_replay_from_n_then_live_follow(store_url: str) -> None:
             response = new_response("m", background=True)
             builder = StreamBuilder(response)
             builder.start(queued=True)
-            await store.create_response(OWNER, builder.snapshot(), request={}, input_items=[user("q")])
-            assert (await store.get_response(OWNER, response["id"]))["status"] == "queued"
+            await store.responses.create_response(
+                OWNER, builder.snapshot(), request={}, input_items=[user("q")]
+            )
+            assert (await store.responses.get_response(OWNER, response["id"]))["status"] == "queued"
             recorder = store.recorder(response["id"])
             sent: list[JSON] = builder.take()
             await recorder.add(sent)
@@ -363,7 +372,7 @@ def test_event_replay_from_n_then_live_follow(store_url: str) -> None:
             sent += chunk
             await recorder.add(chunk)
             await recorder.flush()
-            assert (await store.get_response(OWNER, response["id"]))["status"] == "in_progress"
+            assert (await store.responses.get_response(OWNER, response["id"]))["status"] == "in_progress"
 
             follower = asyncio.create_task(
                 collect(store.stream_events(OWNER, response["id"], starting_after=2))
@@ -386,7 +395,7 @@ def test_event_replay_from_n_then_live_follow(store_url: str) -> None:
             assert (
                 await collect(store.stream_events(OWNER, response["id"], starting_after=len(sent) - 1)) == []
             )
-            final = await store.get_response(OWNER, response["id"])
+            final = await store.responses.get_response(OWNER, response["id"])
             assert final["status"] == "completed" and final["output"][0]["content"][0]["text"] == "abcdefgh"
 
     run(main())
@@ -398,18 +407,18 @@ def test_cancel_queued_and_in_progress(store_url: str) -> None:
             queued = new_response("m", background=True)
             b1 = StreamBuilder(queued)
             b1.start(queued=True)
-            await store.create_response(OWNER, b1.snapshot(), request={}, input_items=[])
-            result = await store.cancel_response(OWNER, queued["id"])
+            await store.responses.create_response(OWNER, b1.snapshot(), request={}, input_items=[])
+            result = await store.responses.cancel_response(OWNER, queued["id"])
             assert result["status"] == "cancelled"
             # A worker that picks it up late cannot bring it back.
             b1.mark_in_progress()
             await store.recorder(queued["id"]).add(b1.take())
-            assert (await store.get_response(OWNER, queued["id"]))["status"] == "cancelled"
+            assert (await store.responses.get_response(OWNER, queued["id"]))["status"] == "cancelled"
 
             running = new_response("m", background=True)
             b2 = StreamBuilder(running)
             b2.start()
-            await store.create_response(OWNER, b2.snapshot(), request={}, input_items=[])
+            await store.responses.create_response(OWNER, b2.snapshot(), request={}, input_items=[])
             recorder = store.recorder(running["id"])
             await recorder.add(b2.take())
             signal_ = store.cancel_event(running["id"])
@@ -421,7 +430,7 @@ def test_cancel_queued_and_in_progress(store_url: str) -> None:
                 await recorder.finish(snapshot)
 
             task = asyncio.create_task(worker())
-            result = await store.cancel_response(OWNER, running["id"], wait=5)
+            result = await store.responses.cancel_response(OWNER, running["id"], wait=5)
             await task
             assert result["status"] == "cancelled"
             events = await collect(store.stream_events(OWNER, running["id"]))
@@ -442,7 +451,7 @@ CRASHER = textwrap.dedent(
         response = new_response("m", background=True)
         builder = StreamBuilder(response)
         builder.start()
-        await store.create_response("owner-a", builder.snapshot(), request={}, input_items=[])
+        await store.responses.create_response("owner-a", builder.snapshot(), request={}, input_items=[])
         recorder = store.recorder(response["id"])
         builder.message("first item")
         item = builder.open_message()
@@ -468,7 +477,7 @@ def test_crash_recovery_fails_a_dead_instances_response(store_url: str) -> None:
     async def main() -> None:
         # Its lease is 10 minutes, yet the process is gone from this host: recovered at start-up.
         async with opened(store_url) as store:
-            response = await store.get_response(OWNER, rid)
+            response = await store.responses.get_response(OWNER, rid)
             assert response["status"] == "failed"
             assert response["error"]["code"] == "server_error"
             # The item that was streaming is closed as a live failure closes it: incomplete, with the
@@ -496,10 +505,10 @@ def test_live_instance_is_not_recovered_but_expired_lease_is(store_url: str) -> 
             response = new_response("m")
             builder = StreamBuilder(response)
             builder.start()
-            await alive.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
+            await alive.responses.create_response(OWNER, builder.snapshot(), request={}, input_items=[])
             await alive.recorder(response["id"]).add(builder.take())
             assert response["id"] not in await other.recover()
-            assert (await other.get_response(OWNER, response["id"]))["status"] == "in_progress"
+            assert (await other.responses.get_response(OWNER, response["id"]))["status"] == "in_progress"
             # Pretend `alive` stopped heartbeating on another host long ago.
             async with other.db.transaction() as tx:
                 await tx.execute(
@@ -507,7 +516,7 @@ def test_live_instance_is_not_recovered_but_expired_lease_is(store_url: str) -> 
                     alive.instance_id,
                 )
             assert response["id"] in await other.recover()
-            assert (await other.get_response(OWNER, response["id"]))["status"] == "failed"
+            assert (await other.responses.get_response(OWNER, response["id"]))["status"] == "failed"
             follow = await collect(other.stream_events(OWNER, response["id"]))
             assert follow[-1]["type"] == "response.failed"
 

@@ -340,7 +340,7 @@ class ResponsesAPI:
             or any(_needs_lookup(item) for item in request.input)
         ):
             try:
-                context, turn = await store.resolve_input(
+                context, turn = await store.responses.resolve_input(
                     owner,
                     request.input,
                     previous_response_id=request.previous_response_id,
@@ -446,7 +446,7 @@ class ResponsesAPI:
         rid = builder.response["id"]
         snapshot = builder.snapshot()
         try:
-            await store.create_response(owner, snapshot, request=request.raw, input_items=turn)
+            await store.responses.create_response(owner, snapshot, request=request.raw, input_items=turn)
         except NotFound as exc:  # the conversation was deleted meanwhile
             raise not_found(exc) from None
         recorder = store.recorder(rid)
@@ -479,7 +479,7 @@ class ResponsesAPI:
             # A request refused before its first event (upstream 4xx/429...) leaves nothing stored.
             if recorder.recorded == 0:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(store.discard_response(rid))
+                    await asyncio.shield(store.responses.discard_response(rid))
             raise
 
     def _client(
@@ -559,7 +559,7 @@ class ResponsesAPI:
 
     async def _cause(self, store: Store, owner: str, rid: str) -> str:
         try:
-            await store.get_response(owner, rid)
+            await store.responses.get_response(owner, rid)
         except ResponseNotFound:
             return "deleted"
         return "cancelled"
@@ -585,7 +585,7 @@ class ResponsesAPI:
         include = query.include()
         stream = query.flag("stream")
         try:
-            response = await store.get_response(owner, rid, include=include)
+            response = await store.responses.get_response(owner, rid, include=include)
         except NotFound as exc:
             raise not_found(exc) from None
         sealer = self.app.sealer if ENCRYPTED in include else None
@@ -601,7 +601,7 @@ class ResponsesAPI:
         store = self._store()
         owner = self.app.owner_for(scope)
         try:
-            result = await store.delete_response(owner, rid)
+            result = await store.responses.delete_response(owner, rid)
         except NotFound as exc:
             raise not_found(exc) from None
         await send_json(send, 200, orjson.dumps(result))
@@ -614,7 +614,7 @@ class ResponsesAPI:
         limit = query.integer("limit", 20, 1, 100)
         order = query.order()
         try:
-            page = await store.list_input_items(
+            page = await store.responses.list_input_items(
                 owner,
                 rid,
                 after=query.get("after") or None,
@@ -635,12 +635,12 @@ class ResponsesAPI:
         owner = self.app.owner_for(scope)
         await self.app.read_body(scope, receive)  # whatever came with it is ignored, as OpenAI does
         try:
-            response = await store.get_response(owner, rid)
+            response = await store.responses.get_response(owner, rid)
             if not response.get("background"):
                 raise _bad("Only responses created with 'background': true can be cancelled.")
             status = response.get("status")
             if status in RUNNING:
-                response = await store.cancel_response(owner, rid, wait=self.app.config.cancel_wait)
+                response = await store.responses.cancel_response(owner, rid, wait=self.app.config.cancel_wait)
             elif status in TERMINAL and status != "cancelled":
                 raise _bad(f"Cannot cancel a response with status '{status}'.")
         except NotFound as exc:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 from ..protocol.response import new_id
 from .conversations import Conversations
@@ -178,70 +178,7 @@ class Store:
         """Set when a cancel for ``response_id`` arrives (from any instance); the worker watches it."""
         return self.cancels.event(response_id)
 
-    async def cancel_response(self, owner: str, response_id: str, *, wait: float = 5.0) -> JSON:
-        """Ask the response to stop (wherever it runs); its snapshot once cancelled or after ``wait`` s."""
-        return await self.responses.cancel_response(owner, response_id, wait=wait)
-
-    # ------------------------------------------------------------------------------ responses
-    async def create_response(
-        self, owner: str, response: JSON, *, request: JSON, input_items: list[JSON]
-    ) -> None:
-        """Record a new (queued or in-progress) response run by this instance, with its input items.
-
-        ``input_items`` are this turn's items with references already resolved (see
-        :meth:`resolve_input`); items without an ``id`` get one. ``response`` is the snapshot from
-        ``new_response``; its ``previous_response_id`` and ``conversation`` link the turn.
-        """
-        await self.responses.create_response(owner, response, request=request, input_items=input_items)
-
-    async def get_response(self, owner: str, response_id: str, include: Iterable[str] = ()) -> JSON:
-        """The stored Response object; encrypted reasoning and logprobs only if ``include`` asks."""
-        return await self.responses.get_response(owner, response_id, include)
-
-    async def delete_response(self, owner: str, response_id: str) -> JSON:
-        """Delete a response with its items and events; a running one is also told to stop."""
-        return await self.responses.delete_response(owner, response_id)
-
-    async def discard_response(self, response_id: str) -> None:
-        """Remove a response that never got an event (its request was refused before it began)."""
-        await self.responses.discard_response(response_id)
-
-    async def list_input_items(
-        self,
-        owner: str,
-        response_id: str,
-        *,
-        after: str | None = None,
-        before: str | None = None,
-        limit: int = 20,
-        order: str = "desc",
-        include: Iterable[str] = (),
-    ) -> JSON:
-        """``GET /v1/responses/{id}/input_items``: ``{object: "list", data, first_id, last_id, has_more}``."""
-        return await self.responses.list_input_items(
-            owner, response_id, after=after, before=before, limit=limit, order=order, include=include
-        )
-
     # ------------------------------------------------------------------------------ input rebuilding
-    async def resolve_input(
-        self,
-        owner: str,
-        input_items: list[JSON],
-        *,
-        previous_response_id: str | None = None,
-        conversation_id: str | None = None,
-    ) -> tuple[list[JSON], list[JSON]]:
-        """``(context, turn)``: what precedes this turn, and this turn's items with references resolved.
-
-        The upstream gets ``context + turn``. ``context`` follows ``previous_response_id`` back to the
-        start of the chain, oldest turn first, each turn's inputs then its outputs (reasoning, tool
-        calls and their outputs included, in order); or, for a conversation, its items. ``turn`` is
-        what :meth:`create_response` stores.
-        """
-        return await self.responses.resolve_input(
-            owner, input_items, previous_response_id=previous_response_id, conversation_id=conversation_id
-        )
-
     async def resolve_item_references(self, owner: str, items: list[JSON]) -> list[JSON]:
         """``items`` with each ``item_reference`` replaced by the stored item it names (see
         :func:`~.references.resolve_item_references`)."""
