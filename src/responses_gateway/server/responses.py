@@ -47,7 +47,7 @@ from .errors import HTTPError, send_json
 from .namespaces import Flattening, adapt_tools
 from .request_log import RequestLog
 from .router import Router
-from .streaming import DetachedSink, JSONSink, Recording, SSESink, drive, follow_stream
+from .streaming import DetachedSink, JSONSink, Recording, Sink, SSESink, drive, follow_stream
 from .types import Receive, Scope, Send
 
 
@@ -70,12 +70,26 @@ class Host(Protocol):
     async def provider_for(self, model: str) -> Provider: ...
 
 
-__all__ = ["PREFIX", "Host", "ResponsesAPI", "not_found"]
+__all__ = ["PREFIX", "Client", "Host", "Prepared", "ResponsesAPI", "not_found"]
 
 log = logging.getLogger("responses_gateway.server")
 
 JSON = dict[str, Any]
 Seal = Callable[[list[JSON]], list[JSON]]
+
+
+class Client(Protocol):
+    """The front end a Response's events go to (:meth:`ResponsesAPI.run`): SSE or JSON over HTTP
+    here; WebSocket messages or another dialect's stream elsewhere."""
+
+    def sink(self, request: ResponseRequest, seal: Seal) -> Sink:
+        """Where a foreground run's events go (``seal`` presents them to this caller)."""
+
+    async def background(
+        self, request: ResponseRequest, store: Store, owner: str, rid: str, snapshot: JSON, seal: Seal
+    ) -> None:
+        """The answer to a ``background`` request once its run has started detached."""
+
 
 PREFIX = "/v1/responses/"
 ENCRYPTED = "reasoning.encrypted_content"
@@ -177,6 +191,7 @@ def _identity(events: list[JSON]) -> list[JSON]:
 # The largest integer a query parameter may carry: the stores keep sequence numbers in signed 64 bits.
 MAX_QUERY_INT = 2**63 - 1
 
+
 class _Query:
     """A GET request's query string, checked with OpenAI's wording."""
 
@@ -251,7 +266,10 @@ class _Query:
 
 # ---------------------------------------------------------------------------------------- the API
 @dataclass(slots=True)
-class _Prepared:
+class Prepared:
+    """A create request made ready (:meth:`ResponsesAPI.prepare`): the back end chosen, the state
+    resolved, every refusal already raised."""
+
     request: ResponseRequest
     provider: Provider
     owner: str
@@ -304,20 +322,22 @@ class ResponsesAPI:
             if not line.background:
                 line.write()
 
-    async def _prepare(self, scope: Scope, receive: Receive, line: RequestLog | None = None) -> _Prepared:
-        """Everything up to the first event, shared by create and input_tokens: the body parsed, the
-        state resolved (previous response, conversation, item references), the back end chosen and
-        given hosted tools it cannot run as functions (the engine), and every refusal a 400."""
+    async def _prepare(self, scope: Scope, receive: Receive, line: RequestLog | None = None) -> Prepared:
+        body = parse_json_body(await self.app.read_body(scope, receive))
+        return await self.prepare(self.app.owner_for(scope), body, line)
+
+    async def prepare(self, owner: str, body: Any, line: RequestLog | None = None) -> Prepared:
+        """Everything up to the first event, shared by every way a Response is asked for (SSE, JSON,
+        input_tokens, compact and the other front ends): the create body parsed, the state resolved
+        (previous response, conversation, item references), the back end chosen and given hosted
+        tools it cannot run as functions (the engine), and every refusal an :class:`HTTPError`."""
         app = self.app
-        raw = await app.read_body(scope, receive)
-        body = parse_json_body(raw)
         try:
             request = parse_request(body)
         except RequestError as exc:
             raise HTTPError.from_request_error(exc) from None
         if line is not None:
             line.model, line.stream = request.model, request.stream
-        owner = app.owner_for(scope)
         store = app.store
         conversation_id = _conversation_id(request)
         if not request.input and request.previous_response_id is None and conversation_id is None:
@@ -394,7 +414,7 @@ class ResponsesAPI:
             except ProviderError as exc:
                 if not flattening.drop_refused(request, exc):
                     raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
-        return _Prepared(request, provider, owner, turn, client_tools, flattening)
+        return Prepared(request, provider, owner, turn, client_tools, flattening)
 
     async def compact(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /v1/responses/compact``: the conversation's user messages and one sealed compaction
@@ -419,8 +439,13 @@ class ResponsesAPI:
         await send_json(send, 200, orjson.dumps({"object": "response.input_tokens", "input_tokens": count}))
 
     async def _create(self, scope: Scope, receive: Receive, send: Send, line: RequestLog) -> None:
-        app = self.app
         ready = await self._prepare(scope, receive, line)
+        await self.run(ready, _HTTPClient(self, send, receive), line)
+
+    async def run(self, ready: Prepared, client: Client, line: RequestLog) -> None:
+        """Drive a prepared Response to its end: stored (and recorded) or not, in the background or
+        not, its events going to ``client``'s sink. Every front end answers through here."""
+        app = self.app
         request, provider, owner, turn = ready.request, ready.provider, ready.owner, ready.turn
         client_tools, flattening, store = ready.client_tools, ready.flattening, app.store
         seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
@@ -439,7 +464,7 @@ class ResponsesAPI:
         line.builder = builder
         if store is None or not request.store:
             builder.start()
-            await drive(provider, request, builder, self._client(send, receive, request, seal))
+            await drive(provider, request, builder, client.sink(request, seal))
             return
 
         builder.start(queued=request.background)
@@ -468,34 +493,16 @@ class ResponsesAPI:
             self._workers.add(task)
             task.add_done_callback(self._workers.discard)
             task.add_done_callback(lambda _: line.write())
-            if request.stream:
-                await self._follow(send, receive, store, owner, rid, -1, seal)
-            else:
-                await send_json(send, 200, orjson.dumps(seal([{"response": snapshot}])[0]["response"]))
+            await client.background(request, store, owner, rid, snapshot, seal)
             return
         try:
-            await drive(provider, request, builder, self._client(send, receive, request, seal), recording)
+            await drive(provider, request, builder, client.sink(request, seal), recording)
         except BaseException:
             # A request refused before its first event (upstream 4xx/429...) leaves nothing stored.
             if recorder.recorded == 0:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.responses.discard_response(rid))
             raise
-
-    def _client(
-        self, send: Send, receive: Receive, request: ResponseRequest, seal: Seal
-    ) -> SSESink | JSONSink:
-        """The sink a foreground response's events go to: SSE frames or one JSON body."""
-        if not request.stream:
-            return JSONSink(send, receive, seal=seal)
-        config = self.app.config
-        return SSESink(
-            send,
-            receive,
-            keepalive=config.keepalive,
-            keepalive_interval=config.keepalive_interval,
-            seal=seal,
-        )
 
     def _check_state(
         self, request: ResponseRequest, store: Store | None, conversation_id: str | None
@@ -564,9 +571,10 @@ class ResponsesAPI:
             return "deleted"
         return "cancelled"
 
-    async def _follow(
+    async def follow(
         self, send: Send, receive: Receive, store: Store, owner: str, rid: str, after: int, seal: Seal
     ) -> None:
+        """A stored response's events as SSE from ``after`` + 1, then live until it ends."""
         config = self.app.config
         await follow_stream(
             send,
@@ -591,7 +599,7 @@ class ResponsesAPI:
         sealer = self.app.sealer if ENCRYPTED in include else None
         if stream:
             after = query.integer("starting_after", -1, -1)
-            await self._follow(send, receive, store, owner, rid, after, presenter(sealer, owner))
+            await self.follow(send, receive, store, owner, rid, after, presenter(sealer, owner))
             return
         if sealer is not None:
             response = _present_response(response, sealer, owner)
@@ -655,6 +663,33 @@ class ResponsesAPI:
             task.cancel()
         if workers:
             await asyncio.wait(workers, timeout=timeout)
+
+
+class _HTTPClient:
+    """``POST /v1/responses``' own front end: SSE frames or one JSON body."""
+
+    def __init__(self, api: ResponsesAPI, send: Send, receive: Receive) -> None:
+        self.api, self.send, self.receive = api, send, receive
+
+    def sink(self, request: ResponseRequest, seal: Seal) -> Sink:
+        if not request.stream:
+            return JSONSink(self.send, self.receive, seal=seal)
+        config = self.api.app.config
+        return SSESink(
+            self.send,
+            self.receive,
+            keepalive=config.keepalive,
+            keepalive_interval=config.keepalive_interval,
+            seal=seal,
+        )
+
+    async def background(
+        self, request: ResponseRequest, store: Store, owner: str, rid: str, snapshot: JSON, seal: Seal
+    ) -> None:
+        if request.stream:
+            await self.api.follow(self.send, self.receive, store, owner, rid, -1, seal)
+        else:
+            await send_json(self.send, 200, orjson.dumps(seal([{"response": snapshot}])[0]["response"]))
 
 
 def _conversation_id(request: ResponseRequest) -> str | None:
