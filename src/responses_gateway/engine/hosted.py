@@ -83,6 +83,10 @@ class HostedTool(ABC):
     async def use(self, config: JSON, *, param: str, history: list[JSON], ctx: RunContext) -> HostedUse:
         """This request's use of the tool; raise RequestError (naming ``param``) for a bad config."""
 
+    async def recall(self, items: list[JSON], owner: str | None) -> None:  # noqa: B027 - optional hook
+        """Fetch what :meth:`history` will need for these items of this tool's kind (results kept by
+        another instance, say) before it is called."""
+
     @abstractmethod
     def history(self, item: JSON, owner: str | None) -> tuple[JSON, JSON]:
         """One of this tool's items (from an earlier turn or response) as input a back end accepts:
@@ -170,6 +174,8 @@ async def plan_hosted(
     plan = Plan(kinds=kinds)
     original = request.input
     if in_history:
+        for tool in hosted.values():
+            await tool.recall([item for item in request.input if item.get("type") == tool.kind], ctx.owner)
         request.input = plan.history(request.input, ctx.owner)
         if not offered and not request.tools:
             # Tool calls in the history need a declared tool on some back ends (Anthropic refuses

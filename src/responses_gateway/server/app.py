@@ -124,6 +124,8 @@ class GatewayApp:
                             retention=self.config.store_retention,
                             max_response_bytes=self.config.store_max_response_bytes,
                         )
+                        # Containers are shared with the other instances through the store.
+                        self.containers.catalog = self.store.containers
                     if self._preload:
                         await self.registry.preload()
                     await self._check_hosted_tools()
@@ -134,11 +136,14 @@ class GatewayApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.responses.shutdown()
+                # The containers' last writes reach the store before it closes; their records stay,
+                # for another instance to restore.
+                await self.containers.aclose()
+                self.containers.catalog = None
                 if self.store is not None:
                     store, self.store = self.store, None
                     await store.close()
                 await self.registry.aclose()
-                await self.containers.aclose()
                 self.files.storage.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -37,7 +37,6 @@ from ..engine.tools.containers import (
     check_path,
     file_size,
     open_file,
-    remove_file,
     write_file,
 )
 from ..store.rows import page
@@ -86,8 +85,8 @@ class ContainersAPI:
         router.add(PREFIX + "/{cid}/files/{fid}/content", GET=self._content)
 
     # ------------------------------------------------------------------ containers
-    def _container(self, scope: Scope, cid: str) -> Container:
-        found = self.pool.get(cid, self._owner(scope))
+    async def _container(self, scope: Scope, cid: str) -> Container:
+        found = await self.pool.get(cid, self._owner(scope))
         if found is None:
             raise HTTPError(404, f"No container found with id '{cid}'.", code="not_found")
         return found
@@ -136,11 +135,11 @@ class ContainersAPI:
                 "network_policy",
                 "invalid_value",
             )
-        container = self.pool.new(owner, name=name, idle_minutes=minutes)
+        container = await self.pool.new(owner, name=name, idle_minutes=minutes)
         try:
             await self.pool.add_files(container, owner, file_ids)
         except LookupError as exc:
-            self.pool.delete(container)
+            await self.pool.delete(container)
             missing = str(exc.args[0])
             raise invalid(
                 f"No file found with id '{missing}'.", f"file_ids[{file_ids.index(missing)}]", "not_found"
@@ -150,19 +149,19 @@ class ContainersAPI:
     async def _list(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = ListQuery(scope)
         name = query.last("name")
-        items = [c.describe() for c in self.pool.owned(self._owner(scope)) if name is None or c.name == name]
+        items = [c for c in await self.pool.owned(self._owner(scope)) if name is None or c["name"] == name]
         await send_json(send, 200, _page(query, items))
 
     async def _retrieve(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
-        await send_json(send, 200, orjson.dumps(self._container(scope, cid).describe()))
+        await send_json(send, 200, orjson.dumps((await self._container(scope, cid)).describe()))
 
     async def _delete(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
-        self.pool.delete(self._container(scope, cid))
+        await self.pool.delete(await self._container(scope, cid))
         await send_json(send, 200, orjson.dumps({"id": cid, "object": "container.deleted", "deleted": True}))
 
     # ------------------------------------------------------------------ files
     async def _upload(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
-        container = self._container(scope, cid)
+        container = await self._container(scope, cid)
         headers = {k.decode("latin-1").lower(): v for k, v in scope["headers"]}
         kind = headers.get("content-type", b"").decode("latin-1")
         body = await self._read_body(scope, receive)
@@ -194,39 +193,40 @@ class ContainersAPI:
             raise invalid(f"'{name}' cannot be written in this container.", "file", "invalid_value") from None
         entry = container.file_for(name, "user")
         self.pool.touch(container)
+        await self.pool.sync(container)
         await send_json(send, 200, orjson.dumps(entry.describe(container, len(data))))
 
     async def _list_files(self, scope: Scope, receive: Receive, send: Send, *, cid: str) -> None:
-        container = self._container(scope, cid)
+        container = await self._container(scope, cid)
         items = []
         for entry in sorted(container.files.values(), key=lambda f: f.created_at):
             size = await asyncio.to_thread(file_size, container, entry.path)
             if size is None:  # the code deleted it
-                container.forget(entry.id)
+                await self.pool.remove_file(container, entry.id)
                 continue
             items.append(entry.describe(container, size))
         await send_json(send, 200, _page(ListQuery(scope), items))
 
-    def _entry(self, scope: Scope, cid: str, fid: str) -> tuple[Container, Any]:
-        container = self._container(scope, cid)
+    async def _entry(self, scope: Scope, cid: str, fid: str) -> tuple[Container, Any]:
+        container = await self._container(scope, cid)
         entry = container.files.get(fid)
         if entry is None:
             raise HTTPError(404, f"No file found with id '{fid}' in container '{cid}'.", code="not_found")
         return container, entry
 
     async def _file(self, scope: Scope, receive: Receive, send: Send, *, cid: str, fid: str) -> None:
-        container, entry = self._entry(scope, cid, fid)
+        container, entry = await self._entry(scope, cid, fid)
         size = await asyncio.to_thread(file_size, container, entry.path)
         if size is None:
-            container.forget(fid)
+            await self.pool.remove_file(container, fid)
             raise HTTPError(404, f"No file found with id '{fid}' in container '{cid}'.", code="not_found")
         await send_json(send, 200, orjson.dumps(entry.describe(container, size)))
 
     async def _content(self, scope: Scope, receive: Receive, send: Send, *, cid: str, fid: str) -> None:
-        container, entry = self._entry(scope, cid, fid)
+        container, entry = await self._entry(scope, cid, fid)
         found = await asyncio.to_thread(open_file, container, entry.path, self.pool.limits.max_file_bytes)
         if found is None:
-            container.forget(fid)
+            await self.pool.remove_file(container, fid)
             raise HTTPError(404, f"No file found with id '{fid}' in container '{cid}'.", code="not_found")
         _, data = found
         kind = mimetypes.guess_type(entry.path)[0] or "application/octet-stream"
@@ -250,9 +250,8 @@ class ContainersAPI:
             )
 
     async def _delete_file(self, scope: Scope, receive: Receive, send: Send, *, cid: str, fid: str) -> None:
-        container, entry = self._entry(scope, cid, fid)
-        await asyncio.to_thread(remove_file, container, entry.path)
-        container.forget(fid)
+        container, _ = await self._entry(scope, cid, fid)
+        await self.pool.remove_file(container, fid)
         await send_json(
             send, 200, orjson.dumps({"id": fid, "object": "container.file.deleted", "deleted": True})
         )

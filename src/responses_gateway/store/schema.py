@@ -93,6 +93,41 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX rg_files_by_owner ON rg_files (owner, created_at, id)",
         ],
     ),
+    # Containers (code_interpreter) shared by the gateway's instances: the record, the files (their
+    # bytes, so another instance can restore them) and what each call told the model.
+    (
+        4,
+        [
+            """CREATE TABLE rg_containers (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                name TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                last_active_at BIGINT NOT NULL,
+                idle_minutes BIGINT NOT NULL,
+                holder TEXT NOT NULL
+            )""",
+            "CREATE INDEX rg_containers_by_owner ON rg_containers (owner, created_at, id)",
+            """CREATE TABLE rg_container_files (
+                container_id TEXT NOT NULL,
+                id TEXT NOT NULL,
+                path TEXT NOT NULL,
+                source TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                data BYTEA NOT NULL,
+                PRIMARY KEY (container_id, id)
+            )""",
+            """CREATE TABLE rg_tool_results (
+                owner TEXT NOT NULL,
+                item_id TEXT NOT NULL,
+                call_id TEXT NOT NULL,
+                result TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                PRIMARY KEY (owner, item_id)
+            )""",
+            "CREATE INDEX rg_tool_results_created ON rg_tool_results (created_at)",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -11,6 +11,8 @@ housekeeping, retention, close):
 - ``store.responses`` (store/responses.py): responses, their input items, cancel, the input a turn is
   given;
 - ``store.conversations`` (store/conversations.py): conversations and their items;
+- ``store.files`` (store/files.py) and ``store.containers`` (store/containers.py): uploaded files'
+  metadata; containers shared by instances (records, files, call results);
 - ``store.events`` (store/events.py): the event writer behind :class:`EventRecorder`, the reader
   behind :meth:`Store.stream_events`, compaction.
 
@@ -26,6 +28,7 @@ import time
 from collections.abc import AsyncIterator
 
 from ..protocol.response import new_id
+from .containers import Containers
 from .conversations import Conversations
 from .db import Database
 from .events import DEFAULT_MAX_RESPONSE_BYTES, EventRecorder, Events
@@ -90,6 +93,7 @@ class Store:
         )
         self.conversations = Conversations(db)
         self.files = Files(db)
+        self.containers = Containers(db, self.lease.instance_id)
 
     # ------------------------------------------------------------------------------ settings
     @property

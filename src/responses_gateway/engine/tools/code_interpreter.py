@@ -30,7 +30,7 @@ from ...protocol.json_field import clean_text
 from ...protocol.request import RequestError
 from ...sandbox import SandboxError
 from ..hosted import HostedTool, HostedUse, RunContext
-from .containers import Container, ContainerPool, check_path
+from .containers import MOVED_NOTE, Container, ContainerPool, check_path
 
 __all__ = ["OUTPUTS_INCLUDE", "CodeInterpreter"]
 
@@ -86,7 +86,7 @@ class CodeInterpreter(HostedTool):
     async def use(self, config: JSON, *, param: str, history: list[JSON], ctx: RunContext) -> HostedUse:
         chosen = config.get("container")
         if isinstance(chosen, str):
-            container = self.pool.get(chosen, ctx.owner)
+            container = await self.pool.get(chosen, ctx.owner)
             if container is None:
                 raise RequestError(
                     f"No container found with id '{chosen}' (containers expire after "
@@ -119,10 +119,10 @@ class CodeInterpreter(HostedTool):
         for item in reversed(history):
             if item.get("type") == "code_interpreter_call":
                 cid = item.get("container_id")
-                container = self.pool.get(cid, ctx.owner) if isinstance(cid, str) else None
+                container = await self.pool.get(cid, ctx.owner) if isinstance(cid, str) else None
                 break
         if container is None:
-            container = self.pool.new(ctx.owner)
+            container = await self.pool.new(ctx.owner)
         use = _Use(self, container, ctx.owner)
         try:
             await self.pool.add_files(container, ctx.owner, file_ids)
@@ -134,6 +134,9 @@ class CodeInterpreter(HostedTool):
                 param=f"{param}.container.file_ids[{file_ids.index(missing)}]",
             ) from None
         return use
+
+    async def recall(self, items: list[JSON], owner: str | None) -> None:
+        await self.pool.recall(owner, [i["id"] for i in items if isinstance(i.get("id"), str)])
 
     def history(self, item: JSON, owner: str | None) -> tuple[JSON, JSON]:
         item_id = item.get("id")
@@ -197,7 +200,7 @@ class _Use(HostedUse):
         return out
 
     def skip(self, call: HostedCall, item: Item, builder: StreamBuilder, why: str) -> None:
-        self.tool.pool.keep_result(self._owner, item.id, call.call_id, why)
+        self.tool.pool.keep_result_soon(self._owner, item.id, call.call_id, why)
         builder.close_tool_call(item, status="incomplete")
 
     async def run(
@@ -212,7 +215,7 @@ class _Use(HostedUse):
             code = None
         if not isinstance(code, str) or not code.strip():
             text = 'Error: the call must give Python code as {"code": "..."}.'
-            pool.keep_result(ctx.owner, item.id, call.call_id, text)
+            await pool.keep_result(ctx.owner, item.id, call.call_id, text)
             builder.close_tool_call(item, status="failed", outputs=None)
             yield
             return
@@ -228,7 +231,9 @@ class _Use(HostedUse):
             pool.touch(container)
         if result is None:
             log.warning("container %s: the sandbox failed: %s", container.id, failure)
-            pool.keep_result(ctx.owner, item.id, call.call_id, f"Error: the sandbox failed ({failure}).")
+            await pool.keep_result(
+                ctx.owner, item.id, call.call_id, f"Error: the sandbox failed ({failure})."
+            )
             builder.close_tool_call(item, status="failed", outputs=None)
             yield
             return
@@ -244,7 +249,11 @@ class _Use(HostedUse):
             if check_path(name) is None:
                 container.file_for(name, "assistant")
         text = _model_text(logs, error, files, [name for name, _ in images])
-        pool.keep_result(ctx.owner, item.id, call.call_id, text)
+        if container.moved:
+            container.moved = False
+            text = f"{MOVED_NOTE}\n{text}"
+        await pool.sync(container)
+        await pool.keep_result(ctx.owner, item.id, call.call_id, text)
         shown = outputs if OUTPUTS_INCLUDE in ctx.include else None
         builder.close_tool_call(item, status="completed", outputs=shown)
         yield

@@ -1,0 +1,168 @@
+"""Containers shared by the gateway's instances (``rg_containers``, ``rg_container_files``,
+``rg_tool_results``).
+
+A container's kernel (its Python variables) lives in one gateway process, its *holder*; the record, the
+files' bytes and what each code_interpreter call told the model live here, so that another instance
+given a request for the container restores its files and takes it over (engine/tools/containers.py,
+docs/hosted-tools.md). This module is the engine's ``Catalog`` over the store.
+
+Reads that take ``owner`` filter by it: another owner's container is simply not found.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .db import Database
+from .rows import JSON
+
+__all__ = ["Containers"]
+
+_COLUMNS = "id, name, created_at, last_active_at, idle_minutes, holder"
+# What the model was told of a call is kept this long (seconds) after the call.
+RESULT_SECONDS = 30 * 24 * 3600
+_PRUNE_EVERY = 1000
+
+
+def _record(row: tuple[Any, ...]) -> JSON:
+    return {
+        "id": row[0],
+        "name": row[1],
+        "created_at": int(row[2]),
+        "last_active_at": int(row[3]),
+        "idle_minutes": int(row[4]),
+        "holder": row[5],
+    }
+
+
+class Containers:
+    """The containers' records, files and call results, written by the instance ``instance_id``."""
+
+    def __init__(self, db: Database, instance_id: str) -> None:
+        self.db = db
+        self.instance_id = instance_id
+        self._results_written = 0
+
+    # ------------------------------------------------------------------ records
+    async def put(
+        self,
+        owner: str | None,
+        cid: str,
+        *,
+        name: str,
+        created_at: int,
+        last_active_at: int,
+        idle_minutes: int,
+    ) -> None:
+        """Record a new container, held by this instance."""
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                f"INSERT INTO rg_containers (owner, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                owner or "",
+                cid,
+                name,
+                created_at,
+                last_active_at,
+                idle_minutes,
+                self.instance_id,
+            )
+
+    async def get(self, owner: str | None, cid: str) -> JSON | None:
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                f"SELECT {_COLUMNS} FROM rg_containers WHERE id = ? AND owner = ?", cid, owner or ""
+            )
+        return None if row is None else _record(row)
+
+    async def owned(self, owner: str | None) -> list[JSON]:
+        """``owner``'s containers, oldest first."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                f"SELECT {_COLUMNS} FROM rg_containers WHERE owner = ? ORDER BY created_at, id", owner or ""
+            )
+        return [_record(row) for row in rows]
+
+    async def claim(self, cid: str, last_active_at: int) -> None:
+        """This instance holds ``cid`` from now on (it restored it)."""
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "UPDATE rg_containers SET holder = ?, last_active_at = ? WHERE id = ?",
+                self.instance_id,
+                last_active_at,
+                cid,
+            )
+
+    async def touch(self, cid: str, last_active_at: int) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute("UPDATE rg_containers SET last_active_at = ? WHERE id = ?", last_active_at, cid)
+
+    async def delete(self, cid: str) -> None:
+        """The record and its files."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM rg_container_files WHERE container_id = ?", cid)
+            await tx.execute("DELETE FROM rg_containers WHERE id = ?", cid)
+
+    # ------------------------------------------------------------------ files
+    async def put_file(
+        self, cid: str, fid: str, *, path: str, source: str, created_at: int, data: bytes
+    ) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM rg_container_files WHERE container_id = ? AND id = ?", cid, fid)
+            await tx.execute(
+                "INSERT INTO rg_container_files (container_id, id, path, source, created_at, data) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                cid,
+                fid,
+                path,
+                source,
+                created_at,
+                data,
+            )
+
+    async def delete_file(self, cid: str, fid: str) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM rg_container_files WHERE container_id = ? AND id = ?", cid, fid)
+
+    async def files(self, cid: str) -> list[JSON]:
+        """A container's files with their bytes, oldest first."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT id, path, source, created_at, data FROM rg_container_files "
+                "WHERE container_id = ? ORDER BY created_at, id",
+                cid,
+            )
+        return [
+            {"id": r[0], "path": r[1], "source": r[2], "created_at": int(r[3]), "data": bytes(r[4])}
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ call results
+    async def put_result(self, owner: str | None, item_id: str, call_id: str, text: str) -> None:
+        """What the model was told of call ``item_id``; results older than 30 days are pruned."""
+        now = int(time.time())
+        self._results_written += 1
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "DELETE FROM rg_tool_results WHERE owner = ? AND item_id = ?", owner or "", item_id
+            )
+            await tx.execute(
+                "INSERT INTO rg_tool_results (owner, item_id, call_id, result, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                owner or "",
+                item_id,
+                call_id,
+                text,
+                now,
+            )
+            if self._results_written % _PRUNE_EVERY == 1:
+                await tx.execute("DELETE FROM rg_tool_results WHERE created_at < ?", now - RESULT_SECONDS)
+
+    async def result(self, owner: str | None, item_id: str) -> tuple[str, str] | None:
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT call_id, result FROM rg_tool_results WHERE owner = ? AND item_id = ?",
+                owner or "",
+                item_id,
+            )
+        return None if row is None else (str(row[0]), str(row[1]))
