@@ -32,6 +32,7 @@ test: $(STAMP)
 # The gateway-overhead benchmark (issue 5): mock upstream, bare relay, the gateway, LiteLLM, side by side.
 bench: $(STAMP)
 	$(BIN)/python bench/protocol.py
+	$(BIN)/python bench/compiled.py
 	$(BIN)/python bench/gateway_overhead.py
 
 bench-quick: $(STAMP)

@@ -1,0 +1,123 @@
+"""The hot path's Python compiled with mypyc against the same source run by the interpreter, side by side.
+
+Run: ``.venv/bin/python bench/compiled.py`` (``make bench`` runs it). It copies ``src/`` to a temporary
+directory, compiles the per-event modules of the sans-IO core there with mypyc (``mypy`` from the test
+extra ships it; a C compiler is on the machine), then runs ``bench/protocol.py`` and an SSE decode /
+encode loop under both trees, alternating, best of ``--rounds``. Nothing is installed: the compiled tree
+exists only for the run.
+
+Compiled: ``protocol/sse.py`` (SSE decode and encode), ``protocol/builder.py`` (the delta path),
+``protocol/events.py``, ``protocol/json_field.py``, ``protocol/response.py``. The one change compiling
+needs is made in the copy only: ``BuilderError`` (a ``RuntimeError`` subclass) is marked a non-native
+class. What was measured and decided is in docs/performance.md ("Compiled hot path").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = (
+    ROOT
+    / "tests/fixtures/recordings"
+    / "openai-responses__reasoning-summary-4-parts-then-text__pydantic-pydantic-ai.sse"
+)
+MODULES = ["sse.py", "builder.py", "events.py", "json_field.py", "response.py"]
+
+SSE_LOOP = r"""
+import time
+from pathlib import Path
+from responses_gateway.protocol.sse import EventStreamDecoder, encode_event
+blob = Path(__import__("sys").argv[1]).read_bytes() * 50
+chunks = [blob[i : i + 700] for i in range(0, len(blob), 700)]
+best = float("inf")
+for _ in range(5):
+    start, n = time.perf_counter(), 0
+    decoder = EventStreamDecoder()
+    for chunk in chunks:
+        n += len(decoder.feed(chunk))
+    best = min(best, (time.perf_counter() - start) / n * 1e6)
+event = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+         "delta": "token ", "sequence_number": 5, "logprobs": []}
+enc = float("inf")
+for _ in range(5):
+    start = time.perf_counter()
+    for _ in range(100_000):
+        encode_event(event)
+    enc = min(enc, (time.perf_counter() - start) / 100_000 * 1e6)
+print(f"(e) SSE decode (events from 700-byte reads)  : {best:6.2f} µs/event")
+print(f"(f) encode_event of a delta                  : {enc:6.2f} µs/event")
+"""
+
+
+def compiled_tree(workdir: Path) -> Path:
+    src = workdir / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    builder = src / "responses_gateway" / "protocol" / "builder.py"
+    text = builder.read_text()
+    text = text.replace(
+        "class BuilderError(RuntimeError):",
+        "from mypy_extensions import mypyc_attr\n\n\n"
+        "@mypyc_attr(native_class=False)\nclass BuilderError(RuntimeError):",
+    )
+    builder.write_text(text)
+    mypyc = Path(sys.executable).parent / "mypyc"
+    files = [f"responses_gateway/protocol/{m}" for m in MODULES]
+    done = subprocess.run([str(mypyc), *files], cwd=src, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"mypyc failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    built = sorted(p.name for p in (src / "responses_gateway" / "protocol").glob("*.so"))
+    print(f"compiled with mypyc: {', '.join(built)}")
+    return src
+
+
+def measure(src: Path) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "protocol.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    out += subprocess.run(
+        [sys.executable, "-c", SSE_LOOP, str(FIXTURE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found: dict[str, float] = {}
+    for line in out.splitlines():
+        match = re.match(r"\((\w)\) (.+?)\s*:\s*([\d.]+) µs", line)
+        if match:
+            found[f"({match[1]}) {match[2]}"] = float(match[3])
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each is kept")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rg-mypyc-") as tmp:
+        compiled = compiled_tree(Path(tmp))
+        best: dict[str, dict[str, float]] = {"pure": {}, "compiled": {}}
+        for _ in range(args.rounds):
+            for name, src in (("pure", ROOT / "src"), ("compiled", compiled)):
+                for key, value in measure(src).items():
+                    best[name][key] = min(value, best[name].get(key, float("inf")))
+    print(f"{'µs per unit, best of ' + str(args.rounds):46} {'pure':>8} {'mypyc':>8} {'ratio':>7}")
+    for key, pure in best["pure"].items():
+        fast = best["compiled"][key]
+        print(f"{key:46} {pure:8.2f} {fast:8.2f} {pure / fast:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
