@@ -339,9 +339,9 @@ def test_body_too_large(gw: Gateway) -> None:
 
 
 def test_unknown_route_and_wrong_method(gw: Gateway) -> None:
-    response = httpx.post(gw.url("/v1/chat/completions"), json={})
+    response = httpx.post(gw.url("/v1/completions"), json={})
     assert response.status_code == 404
-    assert response.json() == _err("Invalid URL (POST /v1/chat/completions)", None, "not_found")
+    assert response.json() == _err("Invalid URL (POST /v1/completions)", None, "not_found")
     response = httpx.get(gw.url("/v1/responses"))
     assert response.status_code == 405
     assert response.headers["allow"] == "POST"

@@ -21,6 +21,7 @@ from ..redaction import REDACTOR, install_log_scrubbing
 from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
 from ..store import NotFound, Store, open_store
 from .auth import APIKeyAuth
+from .chat_completions import ChatCompletionsAPI
 from .config import ServerConfig
 from .containers import ContainersAPI
 from .conversations import ConversationsAPI
@@ -64,6 +65,8 @@ class GatewayApp:
         self.router.add("/v1/models/{name:path}", GET=self._get_model)
         self.router.add("/health", GET=self._health)
         self.responses.register(self.router)
+        self.chat_completions = ChatCompletionsAPI(self.responses)
+        self.chat_completions.register(self.router)
         self.conversations = ConversationsAPI(
             lambda: self.store, self.owner_for, self.read_body, lambda: self.sealer
         )
