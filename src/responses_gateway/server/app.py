@@ -27,6 +27,8 @@ from .containers import ContainersAPI
 from .conversations import ConversationsAPI
 from .errors import HTTPError, send_error, send_json
 from .files import FilesAPI, FileStorage
+from .messages import PREFIX as MESSAGES
+from .messages import MessagesAPI, send_anthropic_error
 from .registry import ModelRegistry
 from .responses import ResponsesAPI
 from .router import Router
@@ -67,6 +69,8 @@ class GatewayApp:
         self.responses.register(self.router)
         self.chat_completions = ChatCompletionsAPI(self.responses)
         self.chat_completions.register(self.router)
+        self.messages = MessagesAPI(self.responses)
+        self.messages.register(self.router)
         self.conversations = ConversationsAPI(
             lambda: self.store, self.owner_for, self.read_body, lambda: self.sealer
         )
@@ -87,7 +91,7 @@ class GatewayApp:
 
         Raises the 401 :class:`HTTPError` for a missing or wrong key (when keys are configured).
         """
-        return self._auth.owner(scope["headers"])
+        return self._auth.owner(scope["headers"], x_api_key=_anthropic(scope["path"]))
 
     @property
     def sealer(self) -> Sealer:
@@ -173,7 +177,7 @@ class GatewayApp:
         method: str = scope["method"]
         try:
             if path != "/health":
-                self._auth.check(scope["headers"])
+                self._auth.check(scope["headers"], x_api_key=_anthropic(path))
             found = self.router.match(path)
             if found is None:
                 raise HTTPError(404, f"Invalid URL ({method} {path})", code="not_found")
@@ -189,12 +193,12 @@ class GatewayApp:
                 )
             await handler(scope, receive, send, **params)
         except HTTPError as exc:
-            await send_error(send, exc)
+            await (send_anthropic_error if _anthropic(path) else send_error)(send, exc)
         except Exception:
-            # A bug, not a client error: log it, answer in OpenAI's shape, reveal nothing.
+            # A bug, not a client error: log it, answer in the route's shape, reveal nothing.
             log.exception("unhandled error on %s %s", method, path)
             with contextlib.suppress(Exception):
-                await send_error(
+                await (send_anthropic_error if _anthropic(path) else send_error)(
                     send, HTTPError(500, GENERIC_FAILURE, type="server_error", code="server_error")
                 )
 
@@ -270,6 +274,11 @@ class GatewayApp:
         if provider is None:
             raise _model_not_found(model, self.registry.names(), self.registry.unavailable.get(model))
         return provider
+
+
+def _anthropic(path: str) -> bool:
+    """The Anthropic Messages routes: ``x-api-key`` accepted, errors in Anthropic's shape."""
+    return path == MESSAGES or path.startswith(MESSAGES + "/")
 
 
 def _too_large(limit: int) -> HTTPError:

@@ -30,22 +30,30 @@ class APIKeyAuth:
     def enabled(self) -> bool:
         return bool(self._digests)
 
-    def check(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    def check(self, headers: Iterable[tuple[bytes, bytes]], *, x_api_key: bool = False) -> None:
         """Raise HTTPError(401) unless the request carries a configured key."""
-        self.owner(headers)
+        self.owner(headers, x_api_key=x_api_key)
 
-    def owner(self, headers: Iterable[tuple[bytes, bytes]]) -> str:
+    def owner(self, headers: Iterable[tuple[bytes, bytes]], *, x_api_key: bool = False) -> str:
         """Who owns what this request stores: a salted hash of its key (never the key), or the shared owner.
 
-        Raises HTTPError(401) as :meth:`check` does.
+        ``x_api_key``: an ``x-api-key`` header is accepted too (Anthropic's clients send their key there);
+        the same key owns the same things whichever header carries it. Raises HTTPError(401) as
+        :meth:`check` does.
         """
         if not self._digests:
             return SHARED_OWNER
         value = b""
+        alternate = b""
         for name, header in headers:
-            if name.lower() == b"authorization":
+            lowered = name.lower()
+            if lowered == b"authorization":
                 value = header
                 break
+            if x_api_key and lowered == b"x-api-key":
+                alternate = header
+        if not value and alternate.strip():
+            value = b"Bearer " + alternate.strip()
         scheme, _, token = value.strip().partition(b" ")
         token = token.strip()
         if scheme.lower() != b"bearer" or not token:
