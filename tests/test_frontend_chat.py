@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -114,7 +115,6 @@ def test_not_streamed_reply_has_text_reasoning_and_usage(scripted: Any) -> None:
         messages=[{"role": "system", "content": "be brief"}, *USER],
         temperature=0.3,
         max_completion_tokens=50,
-        store=True,
     )
     assert completion.id.startswith("chatcmpl-")
     assert completion.object == "chat.completion"
@@ -237,6 +237,30 @@ def test_structured_output_parses(scripted: Any) -> None:
     assert fmt["schema"]["properties"]["population"] == {"title": "Population", "type": "integer"}
     _client(gw).chat.completions.create(model="json", messages=USER, response_format={"type": "json_object"})
     assert providers["json"].requests[-1].text["format"] == {"type": "json_object"}
+
+
+def test_store_keeps_the_run_as_a_response(tmp_path: Path) -> None:
+    provider = ScriptedProvider([{"message": ["kept ", "answer"]}], name="m")
+    gw = start_gateway([provider], store_url=f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        client = _client(gw)
+        kept = client.chat.completions.create(model="m", messages=USER, store=True)
+        with client.chat.completions.stream(model="m", messages=USER, store=True) as stream:
+            streamed = stream.get_final_completion()
+        passing = client.chat.completions.create(model="m", messages=USER)
+        for completion in (kept, streamed):
+            response = client.responses.retrieve("resp_" + completion.id.removeprefix("chatcmpl-"))
+            assert response.status == "completed" and response.output_text == "kept answer"
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve("resp_" + passing.id.removeprefix("chatcmpl-"))
+        # A Responses client continues the stored run.
+        client.responses.create(
+            model="m", input="more", previous_response_id="resp_" + kept.id.removeprefix("chatcmpl-")
+        )
+        assert [i["type"] for i in provider.requests[-1].input] == ["message", "message", "message"]
+        assert provider.requests[-1].input[1]["role"] == "assistant"
+    finally:
+        gw.stop()
 
 
 def test_length_and_failures(scripted: Any) -> None:
@@ -522,3 +546,20 @@ def test_translator_handles_awkward_sequences() -> None:
     assert stream.done and not stream.failed
     assert stream.feed({"type": "response.output_text.delta", "delta": "late"}) == []
     assert ChatOptions("m", False, False, False).stream is False
+
+
+def test_silence_is_filled_with_sse_comments() -> None:
+    gw = start_gateway(
+        [ScriptedProvider([{"message": "early "}, {"sleep": 0.4}, {"message": "late"}], name="m")],
+        keepalive_interval=0.1,
+    )
+    try:
+        with httpx.Client(timeout=30) as http:
+            raw = http.post(
+                gw.url("/v1/chat/completions"), json={"model": "m", "messages": USER, "stream": True}
+            )
+        assert raw.text.count(": keepalive\n\n") >= 2
+        chunks = list(_client(gw).chat.completions.create(model="m", messages=USER, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == "early late"
+    finally:
+        gw.stop()

@@ -641,3 +641,22 @@ def test_request_translation_keeps_order() -> None:
             opener,
         )
     assert info.value.param == "messages.0.content.0.signature"
+
+
+def test_silence_is_filled_with_pings() -> None:
+    gw = start_gateway(
+        [ScriptedProvider([{"message": "early "}, {"sleep": 0.4}, {"message": "late"}], name="m")],
+        keepalive_interval=0.1,
+    )
+    try:
+        with httpx.Client(timeout=30) as http:
+            raw = http.post(
+                gw.url("/v1/messages"), json={"model": "m", "max_tokens": 8, "messages": USER, "stream": True}
+            )
+        names = [f.splitlines()[0] for f in raw.text.split("\n\n") if f]
+        assert names[0] == "event: message_start" and names.count("event: ping") >= 3
+        assert names[-1] == "event: message_stop"
+        with _client(gw).messages.stream(model="m", max_tokens=8, messages=USER) as stream:
+            assert "".join(stream.text_stream) == "early late"
+    finally:
+        gw.stop()

@@ -17,8 +17,11 @@ What maps to what:
   ``reasoning_effort`` → ``reasoning.effort``, ``logprobs``/``top_logprobs`` → the output text's
   logprobs, ``temperature``, ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``user``,
   ``metadata``, ``prompt_cache_key``, ``safety_identifier``, ``service_tier`` as they are.
-- ``store`` is accepted and changes nothing: OpenAI's ``store`` keeps a completion for its evals and
-  distillation dashboards, which this gateway does not have; a Chat Completions run is never stored.
+- ``store: true`` keeps the run as a stored Response (when the gateway has a store): the completion
+  ``chatcmpl-X`` is the Response ``resp_X``, read through ``GET /v1/responses/resp_X`` and continued
+  from a Responses client with ``previous_response_id``. (OpenAI's own ``store`` keeps completions
+  for its dashboards and ``GET /v1/chat/completions/{id}``, which this gateway does not serve.)
+  Without it nothing is kept.
 - ``n`` above 1, ``stop``, ``seed``, ``logit_bias``, ``audio``/``modalities``, ``prediction`` and
   ``web_search_options`` are refused with a 400 naming them (the engine has no way to honour them).
 """
@@ -44,6 +47,7 @@ JSON = dict[str, Any]
 
 # Fields accepted and carried over unchanged into the Responses body.
 _SAME = (
+    "store",
     "temperature",
     "top_p",
     "presence_penalty",
@@ -56,8 +60,6 @@ _SAME = (
     "parallel_tool_calls",
     "stream",
 )
-# Accepted and without effect (see the module docstring).
-_IGNORED = ("store",)
 # Refused: the engine cannot honour them, and silently ignoring them would change answers.
 _REFUSED = {
     "stop": "'stop' is not supported by this gateway: its back ends take no stop sequences.",
@@ -87,7 +89,6 @@ _KNOWN = frozenset(
         "reasoning_effort",
         "verbosity",
         *_SAME,
-        *_IGNORED,
         *_REFUSED,
     }
 )
@@ -316,7 +317,7 @@ def chat_request(body: Any) -> tuple[JSON, ChatOptions]:
         if key not in _KNOWN:
             raise _bad(f"Unrecognized request argument supplied: {key}", key, "unknown_parameter")
     for key, why in _REFUSED.items():
-        if body.get(key) is not None and body.get(key) != [] and body.get(key) is not False:
+        if body.get(key) not in (None, [], False) and not (key == "modalities" and body[key] == ["text"]):
             raise _bad(why, key, "unsupported_parameter")
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -336,7 +337,7 @@ def chat_request(body: Any) -> tuple[JSON, ChatOptions]:
     items: list[JSON] = []
     for i, message in enumerate(messages):
         _message(message, f"messages[{i}]", items)
-    out: JSON = {"model": model, "input": items, "store": False}
+    out: JSON = {"model": model, "input": items, "store": False}  # unless asked for (_SAME)
     for key in _SAME:
         if body.get(key) is not None:
             out[key] = body[key]
