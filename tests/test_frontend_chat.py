@@ -19,7 +19,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from conftest import Gateway, start_gateway
+from conftest import Gateway, check_stream, decode_sse, start_gateway
 from responses_gateway.protocol.chat_completions import ChatOptions, ChatStream, chat_request
 from responses_gateway.providers.anthropic import AnthropicProvider
 from responses_gateway.providers.base import Provider
@@ -249,8 +249,13 @@ def test_store_keeps_the_run_as_a_response(tmp_path: Path) -> None:
             streamed = stream.get_final_completion()
         passing = client.chat.completions.create(model="m", messages=USER)
         for completion in (kept, streamed):
-            response = client.responses.retrieve("resp_" + completion.id.removeprefix("chatcmpl-"))
+            rid = "resp_" + completion.id.removeprefix("chatcmpl-")
+            response = client.responses.retrieve(rid)
             assert response.status == "completed" and response.output_text == "kept answer"
+            # The events the front end translated are a sound Responses stream.
+            check_stream(
+                decode_sse(httpx.get(gw.url(f"/v1/responses/{rid}?stream=true"), timeout=30).content)
+            )
         with pytest.raises(openai.NotFoundError):
             client.responses.retrieve("resp_" + passing.id.removeprefix("chatcmpl-"))
         # A Responses client continues the stored run.
@@ -336,6 +341,12 @@ BAD_REQUESTS: list[tuple[JSON, int, str | None, str]] = [
     ),
     ({"model": "plain", "messages": USER, "temperature": 5}, 400, "temperature", "temperature"),
     ({"model": "nope", "messages": USER}, 404, "model", "does not exist"),
+    (
+        {"model": "plain", "messages": USER, "response_format": {"type": "json_object"}},
+        400,
+        "response_format",
+        "'response_format' (json_object) is not supported with this model",
+    ),
     ({"model": "plain", "messages": USER, "logprobs": True}, 400, "logprobs", "logprobs"),
 ]
 

@@ -23,7 +23,7 @@ from ..protocol.chat_completions import (
 from ..protocol.request import RequestError
 from .bodies import parse_json_body
 from .errors import HTTPError
-from .frontends import JSON, DialectClient, DialectSink, Seal, sse_data
+from .frontends import JSON, DialectClient, DialectSink, Seal, renamed, sse_data
 from .request_log import RequestLog
 from .responses import ResponsesAPI
 from .router import Router
@@ -70,8 +70,7 @@ class ChatCompletionsAPI:
             try:
                 ready = await self.responses.prepare(app.owner_for(scope), request_body, line)
             except HTTPError as exc:
-                exc.param = chat_param(exc.param)
-                raise
+                raise renamed(exc, chat_param) from None
             config = app.config
 
             def make(seal: Seal) -> DialectSink:

@@ -24,7 +24,7 @@ from .errors import HTTPError, status_for_code
 from .streaming import GENERIC_FAILURE, JSON_HEADERS, SSE_HEADERS, Record, Sink, response_headers
 from .types import Receive, Send
 
-__all__ = ["DialectClient", "DialectSink", "Frames"]
+__all__ = ["DialectClient", "DialectSink", "Frames", "renamed", "sse_data", "sse_event"]
 
 JSON = dict[str, Any]
 Seal = Callable[[list[JSON]], list[JSON]]
@@ -69,6 +69,7 @@ class DialectSink:
         self._interval = interval
         self._builder: StreamBuilder | None = None
         self._started = False
+        self._ended = False
         self._yielded = False
         self._lock = asyncio.Lock()
         self._loop = asyncio.get_running_loop()
@@ -90,6 +91,9 @@ class DialectSink:
     # ------------------------------------------------------------------------ streamed
     async def _write(self, body: bytes, *, more: bool = True) -> None:
         async with self._lock:
+            if self._ended:
+                return  # a keepalive that was waiting while the last body went out
+            self._ended = not more
             if not self._started:
                 self._started = True
                 headers = response_headers(SSE_HEADERS, self._builder)
@@ -186,6 +190,16 @@ class DialectClient:
         self, request: ResponseRequest, store: Store, owner: str, rid: str, snapshot: JSON, seal: Seal
     ) -> None:
         raise HTTPError(400, "Background responses are only available through POST /v1/responses.")
+
+
+def renamed(exc: HTTPError, name: Callable[[str | None], str | None]) -> HTTPError:
+    """An error about a translated field named as the client sent it (``name``: the dialect's name
+    for a Responses field), in its ``param`` and in its message."""
+    param = name(exc.param)
+    if param != exc.param and exc.param is not None and param is not None:
+        exc.message = exc.message.replace(f"'{exc.param}'", f"'{param}'")
+        exc.param = param
+    return exc
 
 
 def sse_data(payload: JSON) -> bytes:

@@ -32,7 +32,7 @@ from ..redaction import REDACTOR
 from ..sealing import SealError
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
-from .frontends import JSON, DialectClient, DialectSink, Seal, sse_event
+from .frontends import JSON, DialectClient, DialectSink, Seal, renamed, sse_event
 from .request_log import RequestLog
 from .responses import ResponsesAPI
 from .router import Router
@@ -52,15 +52,6 @@ def anthropic_error(err: HTTPError) -> bytes:
 
 async def send_anthropic_error(send: Send, err: HTTPError) -> None:
     await send_json(send, err.status, anthropic_error(err), err.headers)
-
-
-def _renamed(exc: HTTPError) -> HTTPError:
-    """An error about a translated field, named as the client sent it."""
-    param = messages_param(exc.param)
-    if param != exc.param and exc.param is not None and param is not None:
-        exc.message = exc.message.replace(f"'{exc.param}'", f"'{param}'")
-        exc.param = param
-    return exc
 
 
 class MessagesAPI:
@@ -124,7 +115,7 @@ class MessagesAPI:
             try:
                 ready = await self.responses.prepare(owner, request_body, line)
             except HTTPError as exc:
-                raise _renamed(exc) from None
+                raise renamed(exc, messages_param) from None
             config = app.config
             streamed = bool(request_body.get("stream"))
 
@@ -158,7 +149,7 @@ class MessagesAPI:
         try:
             ready = await self.responses.prepare(owner, request_body)
         except HTTPError as exc:
-            raise _renamed(exc) from None
+            raise renamed(exc, messages_param) from None
         try:
             count = await ready.provider.count_input_tokens(ready.request)
         except ProviderError as exc:
