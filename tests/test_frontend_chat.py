@@ -574,3 +574,22 @@ def test_silence_is_filled_with_sse_comments() -> None:
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == "early late"
     finally:
         gw.stop()
+
+
+def test_translator_sends_a_part_that_came_whole_once() -> None:
+    stream = ChatStream(ChatOptions("m", True, False, False))
+    stream.feed({"type": "response.created", "response": {"id": "resp_1"}})
+    streamed = stream.feed(
+        {"type": "response.output_text.delta", "item_id": "msg_1", "content_index": 0, "delta": "ab"}
+    )
+    done = stream.feed(
+        {
+            "type": "response.output_item.done",
+            "item": {
+                "type": "message",
+                "id": "msg_1",
+                "content": [{"type": "output_text", "text": "ab"}, {"type": "refusal", "refusal": "no"}],
+            },
+        }
+    )
+    assert [c["choices"][0]["delta"] for c in streamed + done] == [{"content": "ab"}, {"refusal": "no"}]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -660,3 +661,47 @@ def test_silence_is_filled_with_pings() -> None:
             assert "".join(stream.text_stream) == "early late"
     finally:
         gw.stop()
+
+
+def test_a_client_that_leaves_stops_the_back_end() -> None:
+    provider = ScriptedProvider([{"message": "first"}, {"sleep": 20}, {"message": "never"}], name="m")
+    gw = start_gateway([provider])
+    try:
+        with (
+            httpx.Client(timeout=30) as http,
+            http.stream(
+                "POST",
+                gw.url("/v1/messages"),
+                json={"model": "m", "max_tokens": 8, "messages": USER, "stream": True},
+            ) as reply,
+        ):
+            for chunk in reply.iter_text():
+                if "first" in chunk:
+                    break
+        deadline = time.monotonic() + 10
+        while provider.cancelled == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert provider.cancelled == 1
+    finally:
+        gw.stop()
+
+
+def test_translator_sends_a_part_that_came_whole_once() -> None:
+    stream = MessagesStream("m", _sign)
+    stream.feed({"type": "response.created", "response": {"id": "resp_1"}})
+    out = stream.feed(
+        {"type": "response.output_text.delta", "item_id": "msg_1", "content_index": 0, "delta": "ab"}
+    )
+    out += stream.feed(
+        {
+            "type": "response.output_item.done",
+            "item": {
+                "type": "message",
+                "id": "msg_1",
+                "content": [{"type": "output_text", "text": "ab"}, {"type": "output_text", "text": "cd"}],
+            },
+        }
+    )
+    deltas = [(p["index"], p["delta"]["text"]) for name, p in out if name == "content_block_delta"]
+    assert deltas == [(0, "ab"), (1, "cd")]
+    assert [name for name, _ in out].count("content_block_stop") == 2

@@ -541,7 +541,18 @@ class ChatStream:
     ``{"error": {...}}``, and the stream ends without ``[DONE]`` (:attr:`failed`).
     """
 
-    __slots__ = ("_calls", "_created", "_id", "_model", "_sent", "_started", "done", "failed", "options")
+    __slots__ = (
+        "_calls",
+        "_created",
+        "_id",
+        "_model",
+        "_seen",
+        "_sent",
+        "_started",
+        "done",
+        "failed",
+        "options",
+    )
 
     def __init__(self, options: ChatOptions) -> None:
         self.options = options
@@ -551,6 +562,7 @@ class ChatStream:
         self._started = False
         self._calls: dict[str, int] = {}  # function_call item id -> tool_calls index
         self._sent: list[str] = []  # the arguments sent so far, by tool_calls index
+        self._seen: set[str] = set()  # "item id/content index" of the parts that had deltas
         self.done = False
         self.failed = False
 
@@ -596,9 +608,11 @@ class ChatStream:
             return out
         self._start(out)
         if kind == "response.output_text.delta":
+            self._seen.add(f"{event.get('item_id')}/{event.get('content_index', 0)}")
             logprobs = _chat_logprobs(event.get("logprobs") or []) if self.options.logprobs else None
             out.append(self._chunk({"content": event.get("delta", "")}, logprobs=logprobs))
         elif kind == "response.refusal.delta":
+            self._seen.add(f"{event.get('item_id')}/{event.get('content_index', 0)}")
             out.append(self._chunk({"refusal": event.get("delta", "")}))
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             out.append(self._chunk({"reasoning_content": event.get("delta", "")}))
@@ -626,6 +640,15 @@ class ChatStream:
             item = event.get("item") or {}
             known = self._calls.get(str(item.get("id")))
             final = item.get("arguments")
+            if item.get("type") == "message":
+                for j, part in enumerate(item.get("content") or []):
+                    # A part that arrived whole, without deltas: one delta with all of it.
+                    if f"{item.get('id')}/{j}" in self._seen:
+                        continue
+                    if part.get("type") == "output_text" and part.get("text"):
+                        out.append(self._chunk({"content": part["text"]}))
+                    elif part.get("type") == "refusal" and part.get("refusal"):
+                        out.append(self._chunk({"refusal": part["refusal"]}))
             if known is not None and isinstance(final, str):
                 # A back end may settle the arguments only at the end ("{}" for a call without any).
                 sent = self._sent[known]

@@ -516,7 +516,18 @@ class MessagesStream:
     stream (:attr:`failed`).
     """
 
-    __slots__ = ("_args", "_blocks", "_id", "_model", "_next", "_started", "done", "failed", "signer")
+    __slots__ = (
+        "_args",
+        "_blocks",
+        "_id",
+        "_model",
+        "_next",
+        "_seen",
+        "_started",
+        "done",
+        "failed",
+        "signer",
+    )
 
     def __init__(self, model: str, signer: Signer) -> None:
         self.signer = signer
@@ -526,10 +537,12 @@ class MessagesStream:
         self._next = 0  # the next content block index
         self._blocks: dict[str, int] = {}  # item id (and part index for text) -> open block index
         self._args: dict[str, str] = {}  # function call item id -> arguments sent
+        self._seen: set[str] = set()  # every block key opened
         self.done = False
         self.failed = False
 
     def _open(self, key: str, block: JSON, out: list[tuple[str, JSON]]) -> int:
+        self._seen.add(key)
         index = self._blocks[key] = self._next
         self._next += 1
         out.append(
@@ -627,6 +640,13 @@ class MessagesStream:
         elif kind == "message":
             for key in [k for k in self._blocks if k.startswith(iid + "/")]:
                 self._close(key, out)
+            for j, part in enumerate(item.get("content") or []):
+                # A part that arrived whole, without deltas: one block with all of it.
+                text = part.get("text") if part.get("type") == "output_text" else part.get("refusal")
+                if f"{iid}/{j}" not in self._seen and isinstance(text, str) and text:
+                    index = self._open(f"{iid}/{j}", {"type": "text", "text": ""}, out)
+                    out.append(self._delta(index, {"type": "text_delta", "text": text}))
+                    self._close(f"{iid}/{j}", out)
 
     def _start(self, out: list[tuple[str, JSON]]) -> None:
         if self._started:
