@@ -545,7 +545,9 @@ class ChatStream:
         "_calls",
         "_created",
         "_id",
+        "_last_reasoning",
         "_model",
+        "_reasoning",
         "_seen",
         "_sent",
         "_started",
@@ -563,6 +565,8 @@ class ChatStream:
         self._calls: dict[str, int] = {}  # function_call item id -> tool_calls index
         self._sent: list[str] = []  # the arguments sent so far, by tool_calls index
         self._seen: set[str] = set()  # "item id/content index" of the parts that had deltas
+        self._reasoning: dict[str, str] = {}  # reasoning item id -> the kind of text it streams
+        self._last_reasoning: str | None = None  # the reasoning item that streamed last
         self.done = False
         self.failed = False
 
@@ -614,10 +618,12 @@ class ChatStream:
         elif kind == "response.refusal.delta":
             self._seen.add(f"{event.get('item_id')}/{event.get('content_index', 0)}")
             out.append(self._chunk({"refusal": event.get("delta", "")}))
-        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            out.append(self._chunk({"reasoning_content": event.get("delta", "")}))
+        elif kind == "response.reasoning_text.delta":
+            self._reason(str(event.get("item_id")), "raw", event.get("delta", ""), out)
+        elif kind == "response.reasoning_summary_text.delta":
+            self._reason(str(event.get("item_id")), "summary", event.get("delta", ""), out)
         elif kind == "response.reasoning_summary_part.added" and event.get("summary_index", 0) > 0:
-            out.append(self._chunk({"reasoning_content": "\n\n"}))
+            self._reason(str(event.get("item_id")), "summary", "\n\n", out)
         elif kind == "response.output_item.added":
             item = event.get("item") or {}
             if item.get("type") == "function_call":
@@ -683,6 +689,17 @@ class ChatStream:
                 usage_chunk["usage"] = chat_usage(response.get("usage"))
                 out.append(usage_chunk)
         return out
+
+    def _reason(self, item_id: str, kind: str, text: str, out: list[JSON]) -> None:
+        """Reasoning text as ``reasoning_content``: one kind per item (its raw text, or else its
+        summary, whichever streams first), items apart by a blank line, as in the one-body reply."""
+        if self._reasoning.setdefault(item_id, kind) != kind or not text:
+            return
+        if item_id != self._last_reasoning:
+            if self._last_reasoning is not None:
+                text = "\n\n" + text
+            self._last_reasoning = item_id
+        out.append(self._chunk({"reasoning_content": text}))
 
     def _args(self, index: int, delta: str) -> JSON:
         self._sent[index] += delta

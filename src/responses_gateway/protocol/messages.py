@@ -520,6 +520,7 @@ class MessagesStream:
         "_args",
         "_blocks",
         "_id",
+        "_kinds",
         "_model",
         "_next",
         "_seen",
@@ -538,6 +539,7 @@ class MessagesStream:
         self._blocks: dict[str, int] = {}  # item id (and part index for text) -> open block index
         self._args: dict[str, str] = {}  # function call item id -> arguments sent
         self._seen: set[str] = set()  # every block key opened
+        self._kinds: dict[str, str] = {}  # reasoning item id -> the kind of text it streams
         self.done = False
         self.failed = False
 
@@ -581,15 +583,12 @@ class MessagesStream:
             out.append(self._delta(index, {"type": "text_delta", "text": event.get("delta", "")}))
         elif kind == "response.content_part.done":
             self._close(f"{item_id}/{event.get('content_index', 0)}", out)
-        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            index = self._blocks.get(item_id)
-            if index is None:
-                index = self._open(item_id, {"type": "thinking", "thinking": "", "signature": ""}, out)
-            out.append(self._delta(index, {"type": "thinking_delta", "thinking": event.get("delta", "")}))
+        elif kind == "response.reasoning_text.delta":
+            self._think(item_id, "raw", event.get("delta", ""), out)
+        elif kind == "response.reasoning_summary_text.delta":
+            self._think(item_id, "summary", event.get("delta", ""), out)
         elif kind == "response.reasoning_summary_part.added" and event.get("summary_index", 0) > 0:
-            index = self._blocks.get(item_id)
-            if index is not None:
-                out.append(self._delta(index, {"type": "thinking_delta", "thinking": "\n\n"}))
+            self._think(item_id, "summary", "\n\n", out)
         elif kind == "response.output_item.added":
             item = event.get("item") or {}
             if item.get("type") == "function_call":
@@ -610,6 +609,16 @@ class MessagesStream:
         elif kind in _TERMINAL:
             self._finish(kind, event.get("response") or {}, out)
         return out
+
+    def _think(self, item_id: str, kind: str, text: str, out: list[tuple[str, JSON]]) -> None:
+        """A thinking delta: one kind of text per item (its raw text, or else its summary, whichever
+        streams first), as in the one-body reply."""
+        if self._kinds.setdefault(item_id, kind) != kind or not text:
+            return
+        index = self._blocks.get(item_id)
+        if index is None:
+            index = self._open(item_id, {"type": "thinking", "thinking": "", "signature": ""}, out)
+        out.append(self._delta(index, {"type": "thinking_delta", "thinking": text}))
 
     def _json(self, iid: str, delta: str) -> tuple[str, JSON]:
         self._args[iid] += delta
