@@ -19,6 +19,7 @@ import anthropic
 import httpx
 import orjson
 import pytest
+from pydantic import BaseModel
 
 from conftest import Gateway, start_gateway
 from responses_gateway.protocol.messages import MessagesStream, messages_request
@@ -77,6 +78,10 @@ def scripted() -> Iterator[tuple[Gateway, dict[str, ScriptedProvider]]]:
     providers = {name: ScriptedProvider(script, name=name) for name, script in SCRIPTED.items()}
     plain = dataclasses.replace(DEFAULT_CAPABILITIES, reasoning=False)
     providers["plain"] = ScriptedProvider([{"message": "ok"}], name="plain", capabilities=plain)
+    structured = dataclasses.replace(DEFAULT_CAPABILITIES, structured_output=True)
+    providers["json"] = ScriptedProvider(
+        [{"message": ['{"name":"Paris",', '"population":2100000}']}], name="json", capabilities=structured
+    )
     gw = start_gateway(list(providers.values()), api_keys=["sk-gw-key"])
     yield gw, providers
     gw.stop()
@@ -149,6 +154,34 @@ def test_stream_helper_and_thinking_round_trip(scripted: Any) -> None:
         "type": "error",
         "error": {"type": "invalid_request_error", "message": info.value.body["error"]["message"]},  # type: ignore[index]
     }
+
+
+class City(BaseModel):
+    name: str
+    population: int
+
+
+def test_output_config_structured_output_and_effort(scripted: Any) -> None:
+    gw, providers = scripted
+    client = _client(gw)
+    parsed = client.messages.parse(
+        model="json",
+        max_tokens=64,
+        messages=USER,
+        output_format=City,
+        output_config={"effort": "max"},
+        extra_body={"cache_control": {"type": "ephemeral"}, "speed": "standard", "inference_geo": "us"},
+    )
+    assert parsed.parsed_output == City(name="Paris", population=2100000)
+    request = providers["json"].requests[-1]
+    fmt = request.text["format"]
+    assert fmt["type"] == "json_schema" and fmt["schema"]["properties"]["population"]["type"] == "integer"
+    assert request.reasoning["effort"] == "xhigh"
+    with client.messages.stream(model="json", max_tokens=64, messages=USER, output_format=City) as stream:
+        assert stream.get_final_message().parsed_output == City(name="Paris", population=2100000)
+    # A back end that cannot follow a schema: the refusal names the Messages field.
+    with pytest.raises(anthropic.BadRequestError, match="'output_config'"):
+        client.messages.parse(model="think", max_tokens=64, messages=USER, output_format=City)
 
 
 def test_tools_round_trip(scripted: Any) -> None:

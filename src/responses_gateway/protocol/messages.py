@@ -18,7 +18,12 @@ What maps to what:
   function/none, ``disable_parallel_tool_use`` → ``parallel_tool_calls``.
 - ``thinking: {type: enabled, budget_tokens}`` → ``reasoning.effort`` by budget (< 4096 low, < 16384
   medium, else high) with a summary; ``adaptive`` → medium.
-- ``stop_sequences``, ``top_k``, server tools, ``mcp_servers`` and ``container`` are refused (400).
+- ``output_config``: ``effort`` → ``reasoning.effort`` (``max`` → ``xhigh``), ``format`` (a JSON
+  schema) → ``text.format`` (structured output).
+- Accepted and ignored (no effect on the answer): ``cache_control``, ``speed``, ``inference_geo``,
+  ``diagnostics``, ``user_profile_id``, ``workspace_id``, ``service_tier``.
+- ``stop_sequences``, ``top_k``, server tools, ``mcp_servers``, ``container`` and
+  ``context_management`` are refused (400).
 """
 
 from __future__ import annotations
@@ -67,6 +72,17 @@ _KNOWN = frozenset(
         "mcp_servers",
         "container",
         "context_management",
+        "output_config",
+        *{
+            # Hints with no effect on the answer, accepted and ignored: prompt caching (a back end
+            # caches on its own), speed and region, diagnostics, attribution.
+            "cache_control",
+            "speed",
+            "inference_geo",
+            "diagnostics",
+            "user_profile_id",
+            "workspace_id",
+        },
     }
 )
 _REFUSED = {
@@ -322,6 +338,39 @@ def _thinking(value: Any) -> JSON | None:
     raise _bad(f"thinking.type: '{kind}' is not one of 'enabled', 'disabled', 'adaptive'", "thinking.type")
 
 
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
+
+
+def _output_config(value: Any, out: JSON) -> None:
+    """``output_config``: ``effort`` → ``reasoning.effort`` (``max`` is the highest there is, ``xhigh``),
+    ``format`` (a JSON schema) → ``text.format``."""
+    value = _obj(value, "output_config")
+    for key in value:
+        if key not in ("effort", "format"):
+            raise _bad(
+                f"output_config.{key}: Extra inputs are not permitted",
+                f"output_config.{key}",
+                "unknown_parameter",
+            )
+    effort = value.get("effort")
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise _bad(
+                f"output_config.effort: '{effort}' is not one of low, medium, high, xhigh, max",
+                "output_config.effort",
+            )
+        out["reasoning"] = {**out.get("reasoning", {}), "effort": _EFFORTS[effort]}
+    fmt = value.get("format")
+    if fmt is not None:
+        fmt = _obj(fmt, "output_config.format")
+        if fmt.get("type") != "json_schema":
+            raise _bad(
+                "output_config.format.type: Input should be 'json_schema'", "output_config.format.type"
+            )
+        schema = _obj(fmt.get("schema"), "output_config.format.schema")
+        out["text"] = {"format": {"type": "json_schema", "name": "output", "schema": schema, "strict": True}}
+
+
 def messages_request(body: Any, opener: Opener, *, counting: bool = False) -> JSON:
     """A Messages create body (``counting``: a count_tokens body, without ``max_tokens``) → the
     Responses create body; RequestError (in Anthropic's field names) for anything refused."""
@@ -388,6 +437,8 @@ def messages_request(body: Any, opener: Opener, *, counting: bool = False) -> JS
         reasoning = _thinking(body["thinking"])
         if reasoning is not None:
             out["reasoning"] = reasoning
+    if body.get("output_config") is not None:
+        _output_config(body["output_config"], out)
     metadata = body.get("metadata")
     if metadata is not None:
         user = _obj(metadata, "metadata").get("user_id")
@@ -404,6 +455,7 @@ _PARAMS = {
     "input": "messages",
     "parallel_tool_calls": "tool_choice",
     "safety_identifier": "metadata",
+    "text": "output_config",
 }
 
 
