@@ -115,6 +115,8 @@ def test_not_streamed_reply_has_text_reasoning_and_usage(scripted: Any) -> None:
         messages=[{"role": "system", "content": "be brief"}, *USER],
         temperature=0.3,
         max_completion_tokens=50,
+        prompt_cache_retention="in_memory",
+        extra_body={"prompt_cache_options": {"mode": "implicit"}},
     )
     assert completion.id.startswith("chatcmpl-")
     assert completion.object == "chat.completion"
@@ -145,6 +147,7 @@ def test_not_streamed_reply_has_text_reasoning_and_usage(scripted: Any) -> None:
         "content": [{"type": "input_text", "text": "be brief"}],
     }
     assert (request.temperature, request.max_output_tokens, request.store) == (0.3, 50, False)
+    assert request.prompt_cache_retention == "in-memory"
 
 
 def test_stream_accumulates_with_the_sdk_helper_and_reports_usage(scripted: Any) -> None:

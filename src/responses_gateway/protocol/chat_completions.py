@@ -16,14 +16,17 @@ What maps to what:
   ``text.format``, ``max_tokens``/``max_completion_tokens`` → ``max_output_tokens``,
   ``reasoning_effort`` → ``reasoning.effort``, ``logprobs``/``top_logprobs`` → the output text's
   logprobs, ``temperature``, ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``user``,
-  ``metadata``, ``prompt_cache_key``, ``safety_identifier``, ``service_tier`` as they are.
+  ``metadata``, ``prompt_cache_key``, ``safety_identifier``, ``service_tier`` as they are,
+  ``prompt_cache_retention`` (``in_memory`` is ``in-memory`` there); ``prompt_cache_options`` is a
+  caching hint, accepted and ignored.
 - ``store: true`` keeps the run as a stored Response (when the gateway has a store): the completion
   ``chatcmpl-X`` is the Response ``resp_X``, read through ``GET /v1/responses/resp_X`` and continued
   from a Responses client with ``previous_response_id``. (OpenAI's own ``store`` keeps completions
   for its dashboards and ``GET /v1/chat/completions/{id}``, which this gateway does not serve.)
   Without it nothing is kept.
-- ``n`` above 1, ``stop``, ``seed``, ``logit_bias``, ``audio``/``modalities``, ``prediction`` and
-  ``web_search_options`` are refused with a 400 naming them (the engine has no way to honour them).
+- ``n`` above 1, ``stop``, ``seed``, ``logit_bias``, ``audio``/``modalities``, ``prediction``,
+  ``moderation`` and ``web_search_options`` are refused with a 400 naming them (the engine has no
+  way to honour them).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ _REFUSED = {
     "prediction": "'prediction' (predicted outputs) is not supported by this gateway.",
     "web_search_options": "'web_search_options' is not supported by this gateway; use POST /v1/responses "
     "with a web_search tool.",
+    "moderation": "'moderation' is not supported by this gateway.",
     "functions": "'functions' (the legacy form) is not supported: send 'tools'.",
     "function_call": "'function_call' (the legacy form) is not supported: send 'tool_choice'.",
 }
@@ -88,6 +92,8 @@ _KNOWN = frozenset(
         "top_logprobs",
         "reasoning_effort",
         "verbosity",
+        "prompt_cache_retention",
+        "prompt_cache_options",  # a caching hint: accepted and ignored
         *_SAME,
         *_REFUSED,
     }
@@ -360,6 +366,14 @@ def chat_request(body: Any) -> tuple[JSON, ChatOptions]:
         limit = body.get("max_tokens")
     if limit is not None:
         out["max_output_tokens"] = limit
+    retention = body.get("prompt_cache_retention")
+    if retention is not None:
+        if retention not in ("in_memory", "24h"):
+            raise _bad(
+                f"Invalid value: '{retention}'. Supported values are: 'in_memory' and '24h'.",
+                "prompt_cache_retention",
+            )
+        out["prompt_cache_retention"] = "in-memory" if retention == "in_memory" else retention
     if body.get("reasoning_effort") is not None:
         out["reasoning"] = {"effort": body["reasoning_effort"]}
     logprobs = bool(body.get("logprobs"))
