@@ -406,7 +406,8 @@ RECORDINGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _provider(kind: str, url: str) -> Provider:
+def upstream_provider(kind: str, url: str) -> Provider:
+    """The back end of ``kind`` (openai-chat, anthropic, gemini) in front of a mock upstream at ``url``."""
     if kind == "openai-chat":
         return OpenAIChatProvider(base_url=url + "/v1", api_key="sk-fixtures-000000", upstream_model="gpt")
     if kind == "anthropic":
@@ -425,7 +426,7 @@ def upstreams() -> Iterator[tuple[Gateway, dict[str, UpstreamMock]]]:
         mock.__enter__()
     registry = ModelRegistry()
     for kind, mock in mocks.items():
-        registry.add(_provider(kind, mock.url), kind)
+        registry.add(upstream_provider(kind, mock.url), kind)
     gw = start_gateway(registry)
     yield gw, mocks
     gw.stop()

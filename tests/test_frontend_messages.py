@@ -25,11 +25,9 @@ from conftest import Gateway, start_gateway
 from responses_gateway.protocol.messages import MessagesStream, messages_request
 from responses_gateway.protocol.request import RequestError
 from responses_gateway.providers.anthropic import AnthropicProvider
-from responses_gateway.providers.base import Provider
-from responses_gateway.providers.gemini import GeminiProvider
-from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.scripted import DEFAULT_CAPABILITIES, ScriptedProvider
 from responses_gateway.server.registry import ModelRegistry
+from test_frontend_chat import upstream_provider
 from upstream_mock import UpstreamMock, fixture_reply, json_reply
 
 JSON = dict[str, Any]
@@ -435,18 +433,6 @@ RECORDINGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _provider(kind: str, url: str) -> Provider:
-    if kind == "openai-chat":
-        return OpenAIChatProvider(base_url=url + "/v1", api_key="sk-fixtures-000000", upstream_model="gpt")
-    if kind == "anthropic":
-        return AnthropicProvider(
-            base_url=url, api_key="sk-ant-fixtures", upstream_model="claude", max_continuations=0
-        )
-    return GeminiProvider(
-        base_url=url + "/v1beta", api_key="AIzaSyFIXTURES-0123456789ab", upstream_model="gemini-2.5-pro"
-    )
-
-
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[tuple[Gateway, dict[str, UpstreamMock]]]:
     mocks = {kind: UpstreamMock() for kind in RECORDINGS}
@@ -454,7 +440,7 @@ def upstreams() -> Iterator[tuple[Gateway, dict[str, UpstreamMock]]]:
         mock.__enter__()
     registry = ModelRegistry()
     for kind, mock in mocks.items():
-        registry.add(_provider(kind, mock.url), kind)
+        registry.add(upstream_provider(kind, mock.url), kind)
     gw = start_gateway(registry)
     yield gw, mocks
     gw.stop()

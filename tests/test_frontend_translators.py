@@ -17,7 +17,7 @@ from fixtures_loader import list_fixtures
 from responses_gateway.protocol.chat_completions import ChatOptions, ChatStream, completion_from_response
 from responses_gateway.protocol.messages import MessagesStream, message_from_response
 from responses_gateway.providers.scripted import ScriptedProvider
-from test_frontend_chat import _provider
+from test_frontend_chat import upstream_provider
 from upstream_mock import UpstreamMock, drive, fixture_reply
 
 JSON = dict[str, Any]
@@ -156,7 +156,7 @@ RECORDED = [
 def test_recorded_streams_translate_like_their_final_response(kind: str, name: str) -> None:
     with UpstreamMock() as upstream:
         upstream.enqueue(fixture_reply(name))
-        events = asyncio.run(drive(_provider(kind, upstream.url), {"model": "m", "input": "hi"}))
+        events = asyncio.run(drive(upstream_provider(kind, upstream.url), {"model": "m", "input": "hi"}))
     if events[-1]["type"] != "response.failed":
         _compare(events)
         return
