@@ -80,7 +80,7 @@ def scripted() -> Iterator[tuple[Gateway, dict[str, ScriptedProvider]]]:
     providers["json"] = ScriptedProvider(
         [{"message": ['{"name":"Paris",', '"population":2100000}']}], name="json", capabilities=structured
     )
-    gw = start_gateway(list(providers.values()), api_keys=["sk-gw-key"])
+    gw = start_gateway(list(providers.values()), api_keys=["sk-gw-key", "sk-gw-other"])
     yield gw, providers
     gw.stop()
 
@@ -141,7 +141,9 @@ def test_stream_helper_and_thinking_round_trip(scripted: Any) -> None:
     assert item["type"] == "reasoning" and item["encrypted_content"] == "state-42"
     assert [s["text"] for s in item["summary"]] == ["Thinking", "more"]
 
-    # Altered, or another key's: refused.
+    # Another key's, or altered: refused.
+    with pytest.raises(anthropic.BadRequestError, match="Invalid signature"):
+        _client(gw, "sk-gw-other").messages.create(model="think", max_tokens=64, messages=[*history, *USER])
     block = final.content[0].model_dump()
     block["signature"] = block["signature"][:-4] + "AAAA"
     with pytest.raises(anthropic.BadRequestError, match="Invalid signature") as info:
