@@ -726,3 +726,60 @@ def test_translator_sends_a_part_that_came_whole_once() -> None:
     deltas = [(p["index"], p["delta"]["text"]) for name, p in out if name == "content_block_delta"]
     assert deltas == [(0, "ab"), (1, "cd")]
     assert [name for name, _ in out].count("content_block_stop") == 2
+
+
+def test_a_claude_code_shaped_request(scripted: Any) -> None:
+    """What Claude Code sends: system and tool blocks with cache_control, a metadata user id, thinking,
+    a long max_tokens, tool results with cache_control, streamed, on ``/v1/messages?beta=true``."""
+    gw, providers = scripted
+    body = {
+        "model": "weather",
+        "max_tokens": 32000,
+        "stream": True,
+        "system": [
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Be careful."},
+        ],
+        "metadata": {"user_id": "user_abc_account_123_session_456"},
+        "thinking": {"type": "enabled", "budget_tokens": 31999},
+        "temperature": 1,
+        "tools": [{**TOOLS[0], "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "weather?", "cache_control": {"type": "ephemeral"}}],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_0", "name": "get_weather", "input": {"city": "Oslo"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_0",
+                        "content": [{"type": "text", "text": "rain"}],
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ],
+    }
+    with httpx.Client(timeout=30) as http:
+        reply = http.post(
+            gw.url("/v1/messages?beta=true"),
+            json=body,
+            headers={"x-api-key": "sk-gw-key", "anthropic-version": "2023-06-01", "anthropic-beta": "x"},
+        )
+    assert reply.status_code == 200, reply.text
+    names = [f.splitlines()[0] for f in reply.text.split("\n\n") if f]
+    assert names[0] == "event: message_start" and names[-1] == "event: message_stop"
+    assert "Sunny in Paris." in reply.text
+    request = providers["weather"].requests[-1]
+    assert request.instructions == "You are Claude Code.\n\nBe careful."
+    assert request.reasoning["effort"] == "high" and request.max_output_tokens == 32000
+    assert request.safety_identifier == "user_abc_account_123_session_456"
+    assert [i["type"] for i in request.input] == ["message", "function_call", "function_call_output"]
