@@ -25,6 +25,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	scripts/sandbox-deps.sh
+	scripts/browser-deps.sh
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest

@@ -27,6 +27,7 @@ from .containers import ContainersAPI
 from .conversations import ConversationsAPI
 from .errors import HTTPError, send_error, send_json
 from .files import FilesAPI, FileStorage
+from .gateway import GatewayAPI
 from .messages import PREFIX as MESSAGES
 from .messages import MessagesAPI, send_anthropic_error
 from .registry import ModelRegistry
@@ -34,6 +35,7 @@ from .responses import ResponsesAPI
 from .router import Router
 from .streaming import GENERIC_FAILURE
 from .types import Receive, Scope, Send
+from .ui import UI, is_ui_path
 
 __all__ = ["GatewayApp"]
 
@@ -85,6 +87,10 @@ class GatewayApp:
         self.containers.files = self._file_for_container
         self.containers_api = ContainersAPI(self.containers, self.owner_for, self.read_body)
         self.containers_api.register(self.router)
+        self.gateway_api = GatewayAPI(lambda: self.store, self.owner_for, self.read_body)
+        self.gateway_api.register(self.router)
+        if self.config.ui:
+            UI().register(self.router)
 
     def owner_for(self, scope: Scope) -> str:
         """The owner of what this request stores and reads: a hash of its API key, or one shared owner.
@@ -176,7 +182,7 @@ class GatewayApp:
         path: str = scope["path"]
         method: str = scope["method"]
         try:
-            if path != "/health":
+            if path != "/health" and not (self.config.ui and is_ui_path(path)):
                 self._auth.check(scope["headers"], x_api_key=_anthropic(path))
             found = self.router.match(path)
             if found is None:

@@ -38,6 +38,8 @@ class ServerConfig:
     store_url: str | None = field(default=None, repr=False)
     redis_url: str | None = field(default=None, repr=False)
     data_dir: str | None = None
+    # The web playground and inspector at `/` (docs/ui.md); `serve --no-ui` turns it off.
+    ui: bool = True
     # How long POST /v1/responses/{id}/cancel waits for the running response to stop.
     cancel_wait: float = 5.0
     raw_reasoning: RawReasoningEvents = "reasoning_text"

@@ -58,6 +58,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-local", action="store_true", help=f"do not serve the embedded model {LOCAL_MODEL}"
     )
     parser.add_argument(
+        "--no-ui", dest="ui", action="store_false", help="do not serve the web playground and inspector at /"
+    )
+    parser.add_argument(
         "--preload", action="store_true", help="load models at start-up instead of on first request"
     )
     parser.add_argument(
@@ -271,6 +274,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         raw_reasoning=args.raw_reasoning_events,
         drop_unsupported_tools=tuple(dict.fromkeys(args.drop_unsupported_tool)),
         request_log=args.request_log,
+        ui=args.ui,
     )
     return GatewayApp(build_registry(args), config, preload=args.preload)
 

@@ -33,6 +33,7 @@ from .conversations import Conversations
 from .db import Database
 from .events import DEFAULT_MAX_RESPONSE_BYTES, EventRecorder, Events
 from .files import Files
+from .history import History
 from .lease import Lease
 from .live import LiveLog, LocalLiveLog
 from .references import resolve_item_references
@@ -94,6 +95,7 @@ class Store:
         self.conversations = Conversations(db)
         self.files = Files(db)
         self.containers = Containers(db, self.lease.instance_id)
+        self.history = History(db)
 
     # ------------------------------------------------------------------------------ settings
     @property
