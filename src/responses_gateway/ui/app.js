@@ -203,6 +203,7 @@ async function run(input, label) {
   inspector.reset(`Live · ${options.model}`, performance.now());
   let responseId = null;
   let final = null;
+  let httpError = null;
   try {
     await streamResponse(
       body,
@@ -225,6 +226,7 @@ async function run(input, label) {
     if (err && err.name === "AbortError") turn.view.status.textContent = "stopped";
     else {
       showError(err);
+      if (err instanceof APIError) httpError = err;
       turn.view.status.textContent = "no response";
       turn.box.classList.add("failed");
     }
@@ -243,7 +245,8 @@ async function run(input, label) {
       showChain();
     }
   }
-  await inspector.end(responseId);
+  if (httpError && inspector.events.length === 0) inspector.noStream(`HTTP ${httpError.status} before the first event`);
+  else await inspector.end(responseId);
 }
 
 function showStreamError(event) {
@@ -285,7 +288,7 @@ async function storedEvents(id) {
 async function inspectResponse(id) {
   const capture = inspector.captures.get(id);
   if (capture) {
-    await inspector.load(capture.events, { label: `Response ${id}`, times: capture.times, responseId: id });
+    await inspector.load(capture.events, { label: `Response ${id}`, times: capture.times, t0: capture.t0, responseId: id });
     return;
   }
   try {

@@ -53,6 +53,12 @@ export class Inspector {
   }
 
   // Start a new stream: t0 is when the request was sent (performance.now()), or null.
+  // No stream at all (an HTTP error before the first event): nothing to check.
+  noStream(why) {
+    this.verdict.className = "verdict";
+    this.verdict.textContent = `No stream: ${why}`;
+  }
+
   reset(label, t0, responseId = null) {
     this.generation++;
     this.events = [];
@@ -232,8 +238,8 @@ export class Inspector {
   }
 
   // Load events from elsewhere (a stored response, a recording): times may be null.
-  async load(events, { label, times = null, responseId = null }) {
-    this.reset(label, times ? times[0] : null, responseId);
+  async load(events, { label, times = null, t0 = null, responseId = null }) {
+    this.reset(label, times ? (t0 ?? times[0]) : null, responseId);
     events.forEach((e, i) => this.frame(e, times ? times[i] : null));
     await this.end(responseId);
   }

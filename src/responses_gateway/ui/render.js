@@ -45,10 +45,12 @@ export class TurnView {
     }
     const view = event.item_id ? this.items.get(event.item_id) : null;
     if (view) view.event(event);
-    if (type === "response.completed" || type === "response.incomplete") {
+    if (type === "response.completed" || type === "response.incomplete" || type === "response.failed" ||
+        type === "response.cancelled") {
       const r = event.response || {};
-      const reason = r.incomplete_details ? ` (${r.incomplete_details.reason})` : "";
-      this.status.textContent = `${r.status}${reason} · ${r.model || ""}`;
+      const why = r.incomplete_details ? r.incomplete_details.reason : r.error ? r.error.code || r.error.message : "";
+      this.status.textContent = `${r.status}${why ? ` (${why})` : ""} · ${r.model || ""}`;
+      this.root.classList.toggle("failed", r.status === "failed");
     }
   }
 

@@ -1,0 +1,391 @@
+"""The web playground and inspector (docs/ui.md) in a real headless Chromium, against a real gateway.
+
+One ``responses-gateway serve`` (scripted models, an OpenAI-compatible model whose upstream fails, an API
+key) and one browser page are shared by the module; the tests run in file order on that page, as a
+person would use it. Chromium is Debian's (``scripts/browser-deps.sh``), driven by Playwright for
+Python; nothing is downloaded. Screenshots of every page go to ``tests/.artifacts/ui/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import decode_sse
+from responses_gateway.protocol.checker import check
+from responses_gateway.protocol.sse import encode_event
+from serve_process import Served, serve, stop
+from upstream_mock import UpstreamMock, error_reply
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).parent / ".artifacts" / "ui"
+KEY = "sk-ui-browser-test"
+SLOW_TEXT = ["Hello", " from", " the", " scripted", " gateway,", " streaming", " slowly."]
+JSON = dict[str, Any]
+
+DEMO = """
+model: demo
+turns:
+  - when: {input_has: function_call_output}
+    steps:
+      - message: ["It is ", "sunny ", "in Paris."]
+  - when: {text_contains: weather}
+    steps:
+      - reasoning: {summary: [["Checking ", "the weather"]]}
+      - function_call: {name: get_weather, arguments: ['{"city":', ' "Paris"}'], call_id: call_ui}
+        delay: 0.05
+      - usage: {input_tokens: 12, output_tokens: 9}
+  - steps:
+      - reasoning: {summary: [["Thinking ", "it over"]]}
+      - message: SLOW_TEXT
+        delay: 0.12
+      - usage: {input_tokens: 5, output_tokens: 7}
+""".replace("SLOW_TEXT", json.dumps(SLOW_TEXT))
+
+MIDFAIL = """
+model: midfail
+steps:
+  - message: ["partial ", "answer"]
+  - fail: {code: server_error, message: "the model fell over"}
+"""
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="no /usr/bin/chromium: run scripts/browser-deps.sh (make test does)"
+)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamMock]:
+    error = {"error": {"message": "upstream exploded", "type": "server_error", "code": "server_error"}}
+    with UpstreamMock() as mock:
+        mock.enqueue(error_reply(500, error))
+        yield mock
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, upstream: UpstreamMock) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("ui")
+    (tmp / "demo.yaml").write_text(DEMO)
+    (tmp / "midfail.yaml").write_text(MIDFAIL)
+    (tmp / "models.yaml").write_text(
+        "local: false\nmodels:\n"
+        "  - name: demo\n    provider: scripted\n    script: demo.yaml\n"
+        "  - name: midfail\n    provider: scripted\n    script: midfail.yaml\n"
+        "  - name: flaky\n    provider: openai-chat\n    upstream_model: m\n"
+        f"    base_url: {upstream.url}/v1\n    retries: 0\n"
+    )
+    gateway = serve(tmp, "--no-local", "--config", str(tmp / "models.yaml"), "--api-key", KEY)
+    yield gateway
+    stop(gateway)
+
+
+@pytest.fixture(scope="module")
+def page(served: Served) -> Iterator[Any]:
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    ARTIFACTS.mkdir(parents=True)
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        context.set_default_timeout(15_000)
+        tab = context.new_page()
+        tab.problems = []  # console errors and uncaught exceptions (a CSP refusal shows up here)
+        tab.on("console", lambda m: m.type == "error" and tab.problems.append(m.text))
+        tab.on("pageerror", lambda e: tab.problems.append(str(e)))
+        tab.goto(f"http://127.0.0.1:{served.port}/")
+        yield tab
+        context.close()
+        browser.close()
+
+
+def shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def api(served: Served, path: str) -> httpx.Response:
+    return httpx.get(
+        f"http://127.0.0.1:{served.port}{path}", headers={"Authorization": f"Bearer {KEY}"}, timeout=10
+    )
+
+
+def stored_events(served: Served, rid: str) -> list[JSON]:
+    return decode_sse(api(served, f"/v1/responses/{rid}?stream=true&starting_after=-1").content)
+
+
+def send(page: Any, text: str) -> None:
+    page.fill("#composer-input", text)
+    page.press("#composer-input", "Enter")
+
+
+def last_rid(page: Any) -> str:
+    return str(page.locator(".turn-actions .rid").last.text_content())
+
+
+def wait_verdict(page: Any) -> str:
+    expect(page.locator("#inspector-verdict")).to_contain_text("checker:")
+    return str(page.locator("#inspector-verdict").text_content())
+
+
+# ------------------------------------------------------------------------------------------ the tests
+def test_without_a_key_the_page_says_so_and_asks_for_it(page: Any) -> None:
+    banner = page.locator("#banner")
+    expect(banner).to_be_visible()
+    expect(banner).to_have_attribute("role", "alert")
+    expect(banner).to_contain_text("Error 401")
+    expect(page.locator("#key-dialog")).to_be_visible()
+    shot(page, "01-key-dialog")
+    page.fill("#key-input", KEY)
+    page.click("#key-form button[value=save]")
+    expect(page.locator("#key-button")).to_have_text("API key: set")
+    expect(page.locator("#model option")).to_have_count(3)
+    expect(banner).to_be_hidden()
+    # Kept for this tab only: in session storage, not in local storage or a cookie.
+    assert page.evaluate("sessionStorage.getItem('rg.apiKey')") == KEY
+    assert page.evaluate("localStorage.length") == 0 and page.evaluate("document.cookie") == ""
+    assert page.problems == [
+        "Failed to load resource: the server responded with a status of 401 (Unauthorized)"
+    ]
+    page.problems.clear()
+
+
+def test_a_message_streams_in(page: Any) -> None:
+    page.select_option("#model", "demo")
+    send(page, "hello there")
+    answer = page.locator(".message.assistant .text").last
+    seen: list[str] = []
+    final = "".join(SLOW_TEXT)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        text = answer.text_content() if answer.count() else ""
+        if text and (not seen or seen[-1] != text):
+            seen.append(text)
+        if text == final:
+            break
+        time.sleep(0.03)
+    assert seen and seen[-1] == final, seen
+    partial = [s for s in seen if s != final]
+    assert partial and all(final.startswith(s) for s in partial), seen  # it grew, delta by delta
+    expect(page.locator(".turn-status").last).to_have_text("completed · demo")
+    expect(page.locator("details.reasoning").last).to_contain_text("Thinking it over")
+    wait_verdict(page)
+    shot(page, "02-chat-streamed")
+    assert page.problems == []
+
+
+def test_inspector_shows_every_frame_of_the_stream(page: Any, served: Served) -> None:
+    rid = last_rid(page)
+    events = stored_events(served, rid)
+    assert events and check(events) == []
+    assert "no violations" in wait_verdict(page)
+    inspector = page.locator("#inspector")
+    expect(inspector).to_have_attribute("data-frames", str(len(events)))
+    rows = page.locator("#frames tbody tr")
+    expect(rows).to_have_count(len(events))
+    assert page.locator("#frames tbody td.type").all_text_contents() == [e["type"] for e in events]
+    seqs = page.locator("#frames tbody tr td:nth-child(2)").all_text_contents()
+    assert seqs == [str(e["sequence_number"]) for e in events]
+    times = [int(t.lstrip("+")) for t in page.locator("#frames tbody tr td:nth-child(3)").all_text_contents()]
+    assert times == sorted(times) and times[-1] >= 0.12 * 1000 * (len(SLOW_TEXT) - 1) * 0.9  # real arrival
+    assert re.fullmatch(r"\d+ ms|\d+\.\d\d s", str(page.locator("#stat-ttft").text_content()))
+    expect(page.locator("#stat-tokens")).to_have_text("7")
+    assert float(str(page.locator("#stat-tps").text_content())) > 0
+    shot(page, "03-inspector-frames")
+    page.click("#t-items")
+    tree = page.locator("#item-tree")
+    expect(tree).to_contain_text("message")
+    expect(tree).to_contain_text(f"{len(SLOW_TEXT)} deltas")
+    page.click("#t-diff")
+    expect(page.locator("#diff")).to_contain_text("2 of 2 items identical")
+    shot(page, "04-inspector-diff")
+    page.click("#t-frames")
+    # A frame opens as JSON.
+    rows.nth(2).click()
+    expect(page.locator("#frame-detail")).to_contain_text('"type": "response.output_item.added"')
+
+
+def test_a_function_call_is_a_card_and_its_output_goes_back(page: Any, served: Served) -> None:
+    page.click(".settings summary")
+    page.fill(
+        "#tools",
+        '[{"type":"function","name":"get_weather","parameters":{"type":"object",'
+        '"properties":{"city":{"type":"string"}}}}]',
+    )
+    send(page, "what is the weather in Paris?")
+    card = page.locator(".card.function_call").last
+    expect(card.locator(".call-name")).to_have_text("get_weather")
+    expect(card.locator(".call-args")).to_have_text('{"city": "Paris"}')
+    expect(card.locator(".badge").first).to_have_text("completed")
+    call_turn = last_rid(page)
+    card.locator("textarea").fill("sunny, 21 C")
+    card.locator("button", has_text="Send output").click()
+    expect(page.locator(".message.assistant .text").last).to_have_text("It is sunny in Paris.")
+    wait_verdict(page)
+    answer = last_rid(page)
+    assert answer != call_turn
+    stored = api(served, f"/v1/responses/{answer}").json()
+    assert stored["previous_response_id"] == call_turn
+    items = api(served, f"/v1/responses/{answer}/input_items").json()["data"]
+    assert [(i["type"], i["call_id"], i["output"]) for i in items] == [
+        ("function_call_output", "call_ui", "sunny, 21 C")
+    ]
+    page.fill("#tools", "")
+    page.click(".settings summary")
+    shot(page, "05-tool-call-card")
+
+
+def test_fork_continues_from_an_earlier_turn(page: Any, served: Served) -> None:
+    first = page.locator(".turn-actions .rid").first.text_content()
+    turns = page.locator(".turn").count()
+    page.locator(".turn-actions").first.get_by_role("button", name="Fork from here").click()
+    expect(page.locator(".turn")).to_have_count(1)
+    assert turns > 1
+    expect(page.locator("#chain")).to_have_text(f"continues {first}")
+    send(page, "and now?")
+    expect(page.locator(".turn")).to_have_count(2)
+    wait_verdict(page)
+    forked = last_rid(page)
+    assert api(served, f"/v1/responses/{forked}").json()["previous_response_id"] == first
+
+
+def test_a_broken_recording_shows_its_violations(page: Any, served: Served) -> None:
+    body = {"model": "demo", "input": "record me", "stream": True}
+    raw = httpx.post(
+        f"http://127.0.0.1:{served.port}/v1/responses",
+        json=body,
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=30,
+    ).content
+    events = decode_sse(raw)
+    delta = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta")
+    broken = [e for i, e in enumerate(events) if i != delta][:-1]  # one delta lost, no terminal event
+    path = ARTIFACTS / "broken.sse"
+    path.write_bytes(b"".join(encode_event(e) for e in broken))
+    verdict = httpx.post(
+        f"http://127.0.0.1:{served.port}/v1/gateway/check",
+        json={"events": broken},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=10,
+    ).json()
+    assert not verdict["ok"]
+    page.click("#t-load")
+    page.set_input_files("#load-file", str(path))
+    expect(page.locator("#load-text")).not_to_have_value("")
+    page.click("#load-go")
+    text = wait_verdict(page)
+    assert f"{len(verdict['violations'])} violation" in text
+    expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(broken)))
+    marked = {
+        int(i)
+        for i in page.locator("#frames tbody tr.violation").evaluate_all(
+            "rows => rows.map(r => r.dataset.index)"
+        )
+    }
+    assert marked == {v["index"] for v in verdict["violations"] if v["index"] is not None}
+    assert delta in marked  # the frame after the gap
+    listed = page.locator("#violations li").all_text_contents()
+    assert any("sequence.contiguous" in t for t in listed)
+    assert any("end of stream" in t and "lifecycle.terminal_missing" in t for t in listed)
+    shot(page, "06-broken-recording")
+
+
+def test_an_upstream_failure_shows_an_error_banner(page: Any, upstream: UpstreamMock) -> None:
+    page.select_option("#model", "flaky")
+    send(page, "anyone there?")
+    banner = page.locator("#banner")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("Error 502 (server_error)")  # the gateway answers 502 for a bad upstream
+    expect(banner).to_contain_text("HTTP 500")
+    expect(banner).to_contain_text("upstream exploded")
+    assert upstream.requests, "the gateway never called the upstream"
+    expect(page.locator(".turn-status").last).to_have_text("no response")
+    expect(page.locator("#inspector-verdict")).to_have_text("No stream: HTTP 502 before the first event")
+    shot(page, "07-upstream-error")
+    assert page.problems == [
+        "Failed to load resource: the server responded with a status of 502 (Bad Gateway)"
+    ]
+    page.problems.clear()
+    page.click("#banner-close")
+    expect(banner).to_be_hidden()
+    # A failure after the stream started: the stream's own error, and the partial answer kept.
+    page.select_option("#model", "midfail")
+    send(page, "try again")
+    expect(banner).to_contain_text("the model fell over")
+    expect(page.locator(".message.assistant .text").last).to_have_text("partial answer")
+    expect(page.locator(".turn-status").last).to_have_text("failed (server_error) · midfail")
+    wait_verdict(page)
+    expect(page.locator("#stat-status")).to_have_text("failed")
+    shot(page, "08-stream-failed")
+    page.click("#banner-close")
+    page.select_option("#model", "demo")
+
+
+def test_history_lists_and_reopens_a_response(page: Any, served: Served) -> None:
+    page.reload()  # a new page: what it shows comes from the store, not from streams this tab saw
+    listed = api(served, "/v1/gateway/responses?model=demo&limit=100").json()["data"]
+    page.click("#tab-history")
+    page.select_option("#h-model", "demo")
+    page.click("#history-filters button[type=submit]")
+    rows = page.locator("#history-table tbody tr")
+    expect(rows).to_have_count(min(20, len(listed)))
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.id)") == [r["id"] for r in listed[:20]]
+    page.select_option("#h-status", "failed")
+    page.click("#history-filters button[type=submit]")
+    expect(page.locator("#history-empty")).to_be_visible()  # demo never failed
+    page.select_option("#h-model", "")
+    page.click("#history-filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("midfail")
+    page.select_option("#h-status", "")
+    page.select_option("#h-model", "demo")
+    page.click("#history-filters button[type=submit]")
+    shot(page, "09-history")
+    # Reopen the first answer (the slow one): chat, inspector from the stored events, replay.
+    target = next(r for r in reversed(listed) if r["usage"] and r["usage"]["output_tokens"] == 7)
+    page.locator(f'#history-table tbody tr[data-id="{target["id"]}"]').get_by_role(
+        "button", name=re.compile("Open")
+    ).click()
+    expect(page.locator("#chat-view")).to_be_visible()
+    expect(page.locator(".message.user").first).to_have_text("hello there")
+    expect(page.locator(".message.assistant .text").first).to_have_text("".join(SLOW_TEXT))
+    expect(page.locator("#chain")).to_have_text(f"continues {target['id']}")
+    wait_verdict(page)
+    events = stored_events(served, target["id"])
+    expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(events)))
+    expect(page.locator("#inspector-title")).to_contain_text("no arrival times kept")
+    assert page.locator("#frames tbody td.type").all_text_contents() == [e["type"] for e in events]
+    shot(page, "10-history-reopened")
+    page.select_option("#replay-speed", "20")
+    page.click("#replay")
+    expect(page.locator("#inspector-title")).to_contain_text("Replay of")
+    expect(page.locator("#replay-output .message .text")).to_have_text("".join(SLOW_TEXT))
+    expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(events)))
+    assert "no violations" in wait_verdict(page)
+
+
+def test_narrow_window_and_keyboard(page: Any) -> None:
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.reload()
+    expect(page.locator("#model option")).to_have_count(3)  # the key survived the reload (session)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 420
+    # The inspector stacks under the chat instead of beside it.
+    chat = page.locator(".panel.chat").bounding_box()
+    inspector = page.locator("#inspector").bounding_box()
+    assert inspector["y"] >= chat["y"] + chat["height"] - 1
+    # Keyboard: the inspector's tabs move with the arrow keys.
+    page.focus("#t-frames")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#t-items")).to_be_focused()
+    expect(page.locator("#t-items")).to_have_attribute("aria-selected", "true")
+    shot(page, "11-narrow")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    assert page.problems == []
