@@ -27,6 +27,7 @@ from upstream_mock import UpstreamMock, error_reply
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
+expect.set_options(timeout=15_000)
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / ".artifacts" / "ui"
@@ -60,6 +61,31 @@ steps:
   - fail: {code: server_error, message: "the model fell over"}
 """
 
+# The hosted code_interpreter, run by the gateway in its sandbox: a plot and a file the answer cites.
+PLOT_CODE = (
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\n"
+    "open('/mnt/data/squares.csv', 'w').write('x,y\\n1,1\\n2,4\\n3,9\\n')\nprint('plotted')"
+)
+PLOT = {
+    "model": "plot",
+    "turns": [
+        {
+            "when": {"input_has": "function_call_output"},
+            "steps": [{"message": ["Here is the plot; the data is in sandbox:/mnt/data/squares.csv."]}],
+        },
+        {
+            "steps": [
+                {
+                    "function_call": {
+                        "name": "code_interpreter",
+                        "arguments": [json.dumps({"code": PLOT_CODE})],
+                    }
+                }
+            ]
+        },
+    ],
+}
+
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="no /usr/bin/chromium: run scripts/browser-deps.sh (make test does)"
 )
@@ -78,10 +104,12 @@ def served(tmp_path_factory: pytest.TempPathFactory, upstream: UpstreamMock) -> 
     tmp = tmp_path_factory.mktemp("ui")
     (tmp / "demo.yaml").write_text(DEMO)
     (tmp / "midfail.yaml").write_text(MIDFAIL)
+    (tmp / "plot.json").write_text(json.dumps(PLOT))
     (tmp / "models.yaml").write_text(
         "local: false\nmodels:\n"
         "  - name: demo\n    provider: scripted\n    script: demo.yaml\n"
         "  - name: midfail\n    provider: scripted\n    script: midfail.yaml\n"
+        "  - name: plot\n    provider: scripted\n    script: plot.json\n"
         "  - name: flaky\n    provider: openai-chat\n    upstream_model: m\n"
         f"    base_url: {upstream.url}/v1\n    retries: 0\n"
     )
@@ -147,7 +175,7 @@ def test_without_a_key_the_page_says_so_and_asks_for_it(page: Any) -> None:
     page.fill("#key-input", KEY)
     page.click("#key-form button[value=save]")
     expect(page.locator("#key-button")).to_have_text("API key: set")
-    expect(page.locator("#model option")).to_have_count(3)
+    expect(page.locator("#model option")).to_have_count(4)
     expect(banner).to_be_hidden()
     # Kept for this tab only: in session storage, not in local storage or a cookie.
     assert page.evaluate("sessionStorage.getItem('rg.apiKey')") == KEY
@@ -257,6 +285,37 @@ def test_fork_continues_from_an_earlier_turn(page: Any, served: Served) -> None:
     assert api(served, f"/v1/responses/{forked}").json()["previous_response_id"] == first
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="no bubblewrap: run scripts/sandbox-deps.sh")
+def test_a_code_interpreter_card_shows_its_code_logs_image_and_cited_file(page: Any) -> None:
+    pytest.importorskip("matplotlib")
+    page.click(".settings summary")
+    page.check("#tool-code")
+    page.select_option("#model", "plot")
+    page.click("#new-chat")  # the plot script starts over when its input holds a call output
+    expect(page.locator("#chain")).to_have_text("new conversation")
+    send(page, "plot the squares")
+    card = page.locator(".card.code_interpreter_call").last
+    expect(card.locator(".call-args")).to_have_text(PLOT_CODE)
+    expect(card.locator("pre.logs")).to_contain_text("plotted")
+    image = card.locator("img.call-image")
+    expect(image).to_have_attribute("src", re.compile(r"^data:image/png;base64,iVBORw0KGgo"))
+    assert image.evaluate("img => img.complete && img.naturalWidth > 100")  # a real, decoded picture
+    answer = page.locator(".message.assistant").last
+    expect(answer.locator(".text")).to_contain_text("Here is the plot")
+    citation = answer.locator(".annotations li")
+    expect(citation).to_contain_text("squares.csv")
+    wait_verdict(page)
+    assert "no violations" in str(page.locator("#inspector-verdict").text_content())
+    shot(page, "05b-code-interpreter")
+    # The cited file downloads through the Containers API with the key.
+    with page.expect_download() as download:
+        citation.get_by_role("button", name="squares.csv").click()
+    assert Path(download.value.path()).read_text() == "x,y\n1,1\n2,4\n3,9\n"
+    page.uncheck("#tool-code")
+    page.click(".settings summary")
+    page.select_option("#model", "demo")
+
+
 def test_a_broken_recording_shows_its_violations(page: Any, served: Served) -> None:
     body = {"model": "demo", "input": "record me", "stream": True}
     raw = httpx.post(
@@ -329,6 +388,28 @@ def test_an_upstream_failure_shows_an_error_banner(page: Any, upstream: Upstream
     page.select_option("#model", "demo")
 
 
+def test_structured_output_mode_sends_the_schema(page: Any) -> None:
+    page.click(".settings summary")
+    page.check("#structured")
+    turns = page.locator(".turn").count()
+    page.fill("#schema", '{"type": "object",')
+    send(page, "answer in JSON")
+    expect(page.locator("#banner")).to_contain_text("The schema is not valid JSON")
+    assert page.locator(".turn").count() == turns  # nothing was sent
+    page.fill("#schema", '{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}')
+    send(page, "answer in JSON")
+    # The scripted back end cannot follow a schema: the gateway's 400 names what the page sent.
+    expect(page.locator("#banner")).to_contain_text("Error 400")
+    expect(page.locator("#banner")).to_contain_text("json_schema")
+    assert page.problems == [
+        "Failed to load resource: the server responded with a status of 400 (Bad Request)"
+    ]
+    page.problems.clear()
+    page.uncheck("#structured")
+    page.click(".settings summary")
+    page.click("#banner-close")
+
+
 def test_history_lists_and_reopens_a_response(page: Any, served: Served) -> None:
     page.reload()  # a new page: what it shows comes from the store, not from streams this tab saw
     listed = api(served, "/v1/gateway/responses?model=demo&limit=100").json()["data"]
@@ -375,7 +456,7 @@ def test_history_lists_and_reopens_a_response(page: Any, served: Served) -> None
 def test_narrow_window_and_keyboard(page: Any) -> None:
     page.set_viewport_size({"width": 420, "height": 900})
     page.reload()
-    expect(page.locator("#model option")).to_have_count(3)  # the key survived the reload (session)
+    expect(page.locator("#model option")).to_have_count(4)  # the key survived the reload (session)
     assert page.evaluate("document.documentElement.scrollWidth") <= 420
     # The inspector stacks under the chat instead of beside it.
     chat = page.locator(".panel.chat").bounding_box()

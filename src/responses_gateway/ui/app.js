@@ -131,7 +131,10 @@ function requestOptions() {
     if (!Array.isArray(parsed)) throw new Error("Function tools must be a JSON array");
     tools.push(...parsed);
   }
-  if ($("tool-code").checked) tools.push({ type: "code_interpreter", container: { type: "auto" } });
+  if ($("tool-code").checked) {
+    tools.push({ type: "code_interpreter", container: { type: "auto" } });
+    body.include = ["code_interpreter_call.outputs"]; // the logs and images, not only the code
+  }
   if (tools.length) body.tools = tools;
   if ($("structured").checked) {
     let schema;
