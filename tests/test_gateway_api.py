@@ -15,14 +15,19 @@ from conftest import Gateway, check_stream, start_gateway, stream_events
 from responses_gateway.protocol.checker import check
 from responses_gateway.protocol.sse import encode_event
 from responses_gateway.providers.scripted import ScriptedProvider
+from test_store_services import fresh_pg_database
 
 KEYS = ("sk-ui-alice", "sk-ui-bob")
 JSON = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def gw(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp: Path = tmp_path_factory.mktemp("gateway-api")
+    if request.param == "sqlite":
+        url = f"sqlite://{tmp}/gateway.db"
+    else:
+        url = fresh_pg_database("rg_gateway_api_test")
     models = [
         ScriptedProvider(
             [{"message": ["Hel", "lo"]}, {"usage": {"input_tokens": 3, "output_tokens": 2}}], name="alpha"
@@ -32,7 +37,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             [{"message": "partial"}, {"fail": {"code": "server_error", "message": "boom"}}], name="broken"
         ),
     ]
-    gateway = start_gateway(models, api_keys=KEYS, store_url=f"sqlite://{tmp}/gateway.db", data_dir=str(tmp))
+    gateway = start_gateway(models, api_keys=KEYS, store_url=url, data_dir=str(tmp))
     yield gateway
     gateway.stop()
 
