@@ -227,6 +227,8 @@ def test_inspector_shows_every_frame_of_the_stream(page: Any, served: Served) ->
     assert re.fullmatch(r"\d+ ms|\d+\.\d\d s", str(page.locator("#stat-ttft").text_content()))
     expect(page.locator("#stat-tokens")).to_have_text("7")
     assert float(str(page.locator("#stat-tps").text_content())) > 0
+    # 7 text deltas 0.12 s apart (and 2 reasoning deltas before them): about 8 deltas per second.
+    assert 2 < float(str(page.locator("#stat-dps").text_content())) < 20
     shot(page, "03-inspector-frames")
     page.click("#t-items")
     tree = page.locator("#item-tree")
@@ -355,6 +357,33 @@ def test_a_broken_recording_shows_its_violations(page: Any, served: Served) -> N
     assert any("sequence.contiguous" in t for t in listed)
     assert any("end of stream" in t and "lifecycle.terminal_missing" in t for t in listed)
     shot(page, "06-broken-recording")
+    # The same recording with CRLF line ends, pasted: the page's SSE parser reads the same events.
+    page.click("#t-load")
+    page.fill("#load-text", path.read_text().replace("\n", "\r\n"))
+    page.click("#load-go")
+    assert f"{len(verdict['violations'])} violation" in wait_verdict(page)
+    expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(broken)))
+
+
+def test_stop_ends_the_stream_and_the_gateway_keeps_the_cancel(page: Any, served: Served) -> None:
+    page.select_option("#model", "demo")
+    page.click("#new-chat")
+    send(page, "a long one")
+    answer = page.locator(".message.assistant .text").last
+    expect(answer).to_contain_text("Hello")
+    page.click("#stop")
+    expect(page.locator(".turn-status").last).to_have_text("stopped")
+    text = wait_verdict(page)
+    assert "violation" in text  # cut short: no terminal event
+    expect(page.locator("#violations")).to_contain_text("lifecycle.terminal_missing")
+    rid = last_rid(page)
+    deadline = time.monotonic() + 10
+    while (
+        api(served, f"/v1/responses/{rid}").json()["status"] == "in_progress" and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    assert api(served, f"/v1/responses/{rid}").json()["status"] == "cancelled"
+    assert "".join(SLOW_TEXT) != answer.text_content()
 
 
 def test_an_upstream_failure_shows_an_error_banner(page: Any, upstream: UpstreamMock) -> None:

@@ -97,7 +97,14 @@ export class Inspector {
     );
     this.framesBody.append(row);
     this.root.dataset.frames = String(this.events.length);
-    if (index % 16 === 0 || TERMINAL.has(event.type)) this.renderStats();
+    // Live figures, redrawn at most once per animation frame however fast events arrive.
+    if (!this.statsPending) {
+      this.statsPending = true;
+      requestAnimationFrame(() => {
+        this.statsPending = false;
+        this.renderStats();
+      });
+    }
   }
 
   show(index) {
@@ -176,6 +183,7 @@ export class Inspector {
     add("Events", String(this.events.length), "stat-events");
     add("Time to first token", formatMs(s.ttft), "stat-ttft");
     add("Tokens/s", s.tps === null ? "—" : s.tps.toFixed(1), "stat-tps");
+    add("Deltas/s", s.dps === null ? "—" : s.dps.toFixed(1), "stat-dps");
     add("Duration", formatMs(s.duration), "stat-duration");
     add("Output tokens", s.outputTokens === null ? "—" : String(s.outputTokens), "stat-tokens");
     add("Status", s.status || "—", "stat-status");
@@ -288,13 +296,15 @@ function preview(event) {
 
 // Time to first token, tokens per second, duration, from arrival times (ms).
 export function measure(events, times, t0) {
-  const out = { ttft: null, tps: null, duration: null, outputTokens: null, status: null };
+  const out = { ttft: null, tps: null, dps: null, duration: null, outputTokens: null, status: null };
   let first = null;
   let last = null;
+  let deltas = 0;
   events.forEach((e, i) => {
     if (typeof e.type === "string" && e.type.endsWith(".delta") && times[i] !== null) {
       if (first === null) first = times[i];
       last = times[i];
+      deltas++;
     }
     if (e.response && e.response.status) out.status = e.response.status;
     if (TERMINAL.has(e.type) && e.response && e.response.usage) out.outputTokens = e.response.usage.output_tokens ?? null;
@@ -302,8 +312,10 @@ export function measure(events, times, t0) {
   const end = times.length ? times[times.length - 1] : null;
   if (first !== null && t0 !== null) out.ttft = first - t0;
   if (end !== null && t0 !== null) out.duration = end - t0;
-  if (out.outputTokens !== null && first !== null && last !== null && last > first) {
-    out.tps = out.outputTokens / ((last - first) / 1000);
+  if (first !== null && last !== null && last > first) {
+    // Deltas per second is known while the stream runs; tokens per second once usage arrives.
+    out.dps = (deltas - 1) / ((last - first) / 1000);
+    if (out.outputTokens !== null) out.tps = out.outputTokens / ((last - first) / 1000);
   }
   return out;
 }
