@@ -172,6 +172,48 @@ def test_history_lists_the_callers_responses_with_filters_and_pages(gw: Gateway)
     assert listing(gw, created_before=start - 86400).json()["data"] == []
 
 
+def test_conversations_are_listed_per_owner_with_their_item_counts(gw: Gateway) -> None:
+    start = int(time.time())
+    made = []
+    for n in range(3):
+        body = {
+            "items": [{"type": "message", "role": "user", "content": f"hi {i}"} for i in range(n)],
+            "metadata": {"n": str(n)},
+        }
+        made.append(httpx.post(gw.url("/v1/conversations"), json=body, headers=auth(), timeout=10).json())
+    other = httpx.post(gw.url("/v1/conversations"), json={}, headers=auth(KEYS[1]), timeout=10).json()
+
+    def conversations(key: str = KEYS[0], **params: Any) -> httpx.Response:
+        return httpx.get(gw.url("/v1/gateway/conversations"), params=params, headers=auth(key), timeout=10)
+
+    page = conversations(created_after=start, limit=100).json()
+    mine = {c["id"]: c for c in page["data"]}
+    assert set(mine) == {c["id"] for c in made} and other["id"] not in mine
+    for n, c in enumerate(made):
+        assert mine[c["id"]] == {
+            "id": c["id"],
+            "object": "conversation",
+            "created_at": c["created_at"],
+            "metadata": {"n": str(n)},
+            "items": n,
+        }
+    # A response in a conversation adds its turn's input and output to the count.
+    create_body = {"model": "alpha", "input": "hello", "conversation": made[0]["id"]}
+    assert (
+        httpx.post(gw.url("/v1/responses"), json=create_body, headers=auth(), timeout=10).status_code == 200
+    )
+    counts = {c["id"]: c["items"] for c in conversations(created_after=start).json()["data"]}
+    assert counts[made[0]["id"]] == 2
+    first = conversations(created_after=start, limit=2).json()
+    rest = conversations(created_after=start, limit=2, after=first["last_id"]).json()
+    assert first["has_more"] and not rest["has_more"]
+    assert [c["id"] for c in first["data"] + rest["data"]] == [c["id"] for c in page["data"]]
+    assert [c["id"] for c in conversations(KEYS[1]).json()["data"]] == [other["id"]]
+    missing = conversations(after="conv_missing")
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "after"
+    assert conversations(limit=0).status_code == 400
+
+
 @pytest.mark.parametrize(
     ("params", "status", "param"),
     [

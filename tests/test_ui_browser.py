@@ -439,6 +439,39 @@ def test_structured_output_mode_sends_the_schema(page: Any) -> None:
     page.click("#banner-close")
 
 
+def test_a_conversation_object_is_kept_listed_and_reopened(page: Any, served: Served) -> None:
+    page.select_option("#model", "demo")
+    page.click("#new-conversation")
+    expect(page.locator("#chain")).to_have_text(re.compile(r"^in conversation conv_"))
+    cid = str(page.locator("#chain").text_content()).removeprefix("in conversation ")
+    for n, text in enumerate(("first in conv", "second in conv"), 1):
+        send(page, text)
+        expect(page.locator(".turn-status")).to_have_count(n)
+        expect(page.locator(".turn-status").last).to_have_text("completed · demo")
+        wait_verdict(page)
+    stored = api(served, f"/v1/conversations/{cid}/items?order=asc&limit=100").json()["data"]
+    assert [i["type"] for i in stored] == ["message", "reasoning", "message"] * 2
+    page.click("#tab-history")
+    page.check('input[name="h-kind"][value="conversations"]')
+    row = page.locator(f'#conversation-table tbody tr[data-id="{cid}"]')
+    expect(row).to_contain_text("6")
+    expect(page.locator("#history-table")).to_be_hidden()
+    shot(page, "09b-conversations")
+    row.get_by_role("button", name=re.compile("Open")).click()
+    expect(page.locator("#chain")).to_have_text(f"in conversation {cid}")
+    expect(page.locator(".message.user")).to_have_text(["first in conv", "second in conv"])
+    expect(page.locator(".message.assistant .text")).to_have_text(["".join(SLOW_TEXT)] * 2)
+    send(page, "third in conv")
+    expect(page.locator(".turn-status").last).to_have_text("completed · demo")
+    wait_verdict(page)
+    after = api(served, f"/v1/conversations/{cid}/items?order=asc&limit=100").json()["data"]
+    assert len(after) == 9 and after[6]["content"][0]["text"] == "third in conv"
+    shot(page, "09c-conversation-reopened")
+    page.click("#tab-history")
+    page.check('input[name="h-kind"][value="responses"]')
+    page.click("#tab-chat")
+
+
 def test_history_lists_and_reopens_a_response(page: Any, served: Served) -> None:
     page.reload()  # a new page: what it shows comes from the store, not from streams this tab saw
     listed = api(served, "/v1/gateway/responses?model=demo&limit=100").json()["data"]

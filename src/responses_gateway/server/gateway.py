@@ -7,6 +7,9 @@
 ``GET /v1/gateway/responses``               the caller's stored responses, newest first: ``model``,
                                             ``status``, ``created_after``/``created_before`` (Unix
                                             seconds, inclusive), ``after``, ``limit``, ``order``
+``GET /v1/gateway/conversations``           the caller's conversations (with their item counts):
+                                            ``created_after``/``created_before``, ``after``,
+                                            ``limit``, ``order``
 ==========================================  =====================================================
 
 Both read and write as the caller's owner (``owner_for``), like every other endpoint.
@@ -130,14 +133,14 @@ class GatewayAPI:
     def register(self, router: Router) -> None:
         router.add("/v1/gateway/check", POST=self._check)
         router.add("/v1/gateway/responses", GET=self._list)
+        router.add("/v1/gateway/conversations", GET=self._conversations)
 
     async def _check(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._owner_for(scope)
         events, profile = _events_from_body(parse_json_body(await self._read_body(scope, receive)))
         await send_json(send, 200, orjson.dumps(check_events(events, profile)))
 
-    async def _list(self, scope: Scope, receive: Receive, send: Send) -> None:
-        owner = self._owner_for(scope)
+    def _store(self) -> Store:
         store = self._get_store()
         if store is None:
             raise HTTPError(
@@ -145,6 +148,28 @@ class GatewayAPI:
                 "This gateway keeps no responses (it runs without a store: serve --store none).",
                 code="not_found",
             )
+        return store
+
+    async def _conversations(self, scope: Scope, receive: Receive, send: Send) -> None:
+        owner = self._owner_for(scope)
+        store = self._store()
+        query = ListQuery(scope)
+        try:
+            result = await store.history.list_conversations(
+                owner,
+                created_after=_timestamp(query, "created_after"),
+                created_before=_timestamp(query, "created_before"),
+                after=query.after(),
+                limit=query.limit(),
+                order=query.order(),
+            )
+        except NotFound as exc:
+            raise HTTPError(404, str(exc), param="after", code="not_found") from None
+        await send_json(send, 200, orjson.dumps(result))
+
+    async def _list(self, scope: Scope, receive: Receive, send: Send) -> None:
+        owner = self._owner_for(scope)
+        store = self._store()
         query = ListQuery(scope)
         status = query.last("status") or None
         if status is not None and status not in STATUSES:

@@ -1,9 +1,11 @@
-"""The list of one owner's stored responses (``GET /v1/gateway/responses``, the gateway's own extension).
+"""One owner's stored responses and conversations, listed (``GET /v1/gateway/responses`` and
+``GET /v1/gateway/conversations``, the gateway's own extensions).
 
-OpenAI has no endpoint listing responses; the web UI's history needs one. A page is a summary per
-response (id, times, status, model, usage, chain), newest first by default, filtered by status and a
-``created_at`` range in SQL and by model in Python: the model is inside the stored Response, and the
-schema has no column for it, so a page scans rows in batches until it has ``limit + 1`` matches.
+OpenAI has no endpoint listing responses or conversations; the web UI's history needs them. A page
+of responses is a summary per response (id, times, status, model, usage, chain), newest first by
+default, filtered by status and a ``created_at`` range in SQL and by model in Python: the model is
+inside the stored Response, and the schema has no column for it, so a page scans rows in batches
+until it has ``limit + 1`` matches. A page of conversations gives each one's metadata and item count.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import orjson
 
 from .db import Database
-from .errors import ResponseNotFound
+from .errors import ConversationNotFound, ResponseNotFound
 from .rows import JSON, check_page_args, page
 
 __all__ = ["STATUSES", "History"]
@@ -115,3 +117,53 @@ class History:
                     break
                 cursor = (rows[-1][1], rows[-1][0])
         return page(found[: limit + 1], limit)
+
+    async def list_conversations(
+        self,
+        owner: str,
+        *,
+        created_after: int | None = None,
+        created_before: int | None = None,
+        after: str | None = None,
+        limit: int = 20,
+        order: str = "desc",
+    ) -> JSON:
+        """One page of ``owner``'s conversations in ``created_at`` order (ties by id), each with its
+        metadata and how many items it holds."""
+        check_page_args(limit, order)
+        where = "c.owner = ?"
+        args: list[Any] = [owner]
+        if created_after is not None:
+            where += " AND c.created_at >= ?"
+            args.append(created_after)
+        if created_before is not None:
+            where += " AND c.created_at <= ?"
+            args.append(created_before)
+        op, direction = (">", "ASC") if order == "asc" else ("<", "DESC")
+        async with self.db.transaction() as tx:
+            if after is not None:
+                row = await tx.fetchone(
+                    "SELECT created_at, id FROM rg_conversations WHERE id = ? AND owner = ?", after, owner
+                )
+                if row is None:
+                    raise ConversationNotFound(after)
+                where += f" AND (c.created_at {op} ? OR (c.created_at = ? AND c.id {op} ?))"
+                args += [row[0], row[0], row[1]]
+            rows = await tx.fetch(
+                "SELECT c.id, c.created_at, c.metadata, (SELECT COUNT(*) FROM rg_conversation_items i"
+                f" WHERE i.conversation_id = c.id) FROM rg_conversations c WHERE {where}"
+                f" ORDER BY c.created_at {direction}, c.id {direction} LIMIT ?",
+                *args,
+                limit + 1,
+            )
+        found = [
+            {
+                "id": row[0],
+                "object": "conversation",
+                "created_at": int(row[1]),
+                "metadata": orjson.loads(row[2]),
+                "items": int(row[3]),
+            }
+            for row in rows
+        ]
+        return page(found, limit)

@@ -101,6 +101,9 @@ export const api = {
   inputItems: (id) => getJSON(`/v1/responses/${encodeURIComponent(id)}/input_items?order=asc&limit=100`),
   check: (events) => postJSON("/v1/gateway/check", { events }),
   history: (params) => getJSON(`/v1/gateway/responses?${new URLSearchParams(params)}`),
+  conversations: (params) => getJSON(`/v1/gateway/conversations?${new URLSearchParams(params)}`),
+  conversationItems: (id) => getJSON(`/v1/conversations/${encodeURIComponent(id)}/items?order=asc&limit=100`),
+  createConversation: () => postJSON("/v1/conversations", { metadata: { source: "playground" } }),
 };
 
 // An authorized download (container files): the bytes as an object URL.

@@ -10,6 +10,7 @@ const $ = (id) => document.getElementById(id);
 
 const state = {
   previousResponseId: null, // the turn the next message continues
+  conversationId: null, // or the Conversation object the chat lives in
   turns: [], // {responseId, nodes: [Node]}
   controller: null,
   historyCursor: null,
@@ -101,17 +102,33 @@ function showView(id) {
 
 // ------------------------------------------------------------------------------ chat
 function showChain() {
-  $("chain").textContent = state.previousResponseId ? `continues ${state.previousResponseId}` : "new conversation";
+  $("chain").textContent = state.conversationId
+    ? `in conversation ${state.conversationId}`
+    : state.previousResponseId
+      ? `continues ${state.previousResponseId}`
+      : "new conversation";
 }
 
 function newConversation() {
   state.previousResponseId = null;
+  state.conversationId = null;
   state.turns = [];
   clear($("transcript"));
   showChain();
 }
 
 $("new-chat").addEventListener("click", newConversation);
+$("new-conversation").addEventListener("click", async () => {
+  try {
+    const conversation = await api.createConversation();
+    newConversation();
+    state.conversationId = conversation.id;
+    showChain();
+    $("composer-input").focus();
+  } catch (err) {
+    showError(err);
+  }
+});
 
 // The request's options from the settings panel; throws a readable Error for bad JSON.
 function requestOptions() {
@@ -171,8 +188,10 @@ function fork(responseId) {
   for (const turn of state.turns.slice(at + 1)) for (const node of turn.nodes) node.remove();
   state.turns = state.turns.slice(0, at + 1);
   state.previousResponseId = responseId;
+  const left = state.conversationId;
+  state.conversationId = null; // a Conversation only grows at its end: a fork chains by response id
   showChain();
-  showNotice(`Forked: the next message continues from ${responseId}.`);
+  showNotice(`Forked: the next message continues from ${responseId}${left ? ` (outside ${left})` : ""}.`);
   $("composer-input").focus();
 }
 
@@ -190,7 +209,8 @@ async function run(input, label) {
   }
   hideBanner();
   const body = { ...options, input };
-  if (state.previousResponseId) body.previous_response_id = state.previousResponseId;
+  if (state.conversationId) body.conversation = state.conversationId;
+  else if (state.previousResponseId) body.previous_response_id = state.previousResponseId;
   const userNode = userTurn(label);
   const turn = assistantTurn();
   $("transcript").append(userNode, turn.box);
@@ -259,7 +279,7 @@ function showStreamError(event) {
 }
 
 function sendCallOutput(call, text, responseId) {
-  state.previousResponseId = responseId;
+  if (!state.conversationId) state.previousResponseId = responseId;
   const type = call.type === "custom_tool_call" ? "custom_tool_call_output" : "function_call_output";
   run([{ type, call_id: call.call_id, output: text }], `↩ ${call.name || "call"}: ${text}`);
 }
@@ -327,7 +347,39 @@ async function openResponse(id) {
   }
 }
 
+// Reopen a Conversation object: its items as a transcript; the next message goes on in it.
+async function openConversation(id) {
+  showView("chat-view");
+  try {
+    const items = (await api.conversationItems(id)).data;
+    newConversation();
+    state.conversationId = id;
+    let turn = null;
+    for (const item of items) {
+      if ((item.type === "message" && item.role !== "assistant") || item.type === "function_call_output") {
+        $("transcript").append(userTurn(inputText(item)));
+        turn = null;
+        continue;
+      }
+      if (!turn) {
+        turn = assistantTurn();
+        $("transcript").append(turn.box);
+      }
+      turn.view.showResponse({ output: [item], status: "", model: "" });
+      turn.view.status.textContent = "";
+    }
+    showChain();
+    inspector.reset(`Conversation ${id}: ${items.length} items (inspect a response from the history)`, null);
+  } catch (err) {
+    showError(err);
+  }
+}
+
 // ------------------------------------------------------------------------------ history
+function historyKind() {
+  return document.querySelector('input[name="h-kind"]:checked').value;
+}
+
 function dayStart(value, end) {
   if (!value) return "";
   const t = Date.parse(`${value}T00:00:00`) / 1000;
@@ -335,6 +387,12 @@ function dayStart(value, end) {
 }
 
 async function searchHistory(fresh) {
+  const conversations = historyKind() === "conversations";
+  $("history-table").hidden = conversations;
+  $("conversation-table").hidden = !conversations;
+  $("h-model").disabled = conversations;
+  $("h-status").disabled = conversations;
+  if (conversations) return searchConversations(fresh);
   const params = { limit: "20" };
   if ($("h-model").value) params.model = $("h-model").value;
   if ($("h-status").value) params.status = $("h-status").value;
@@ -356,7 +414,10 @@ async function searchHistory(fresh) {
           el("td", {}, r.model || "—"),
           el("td", {}, el("span", { class: `status ${r.status}` }, r.status)),
           el("td", { class: "num" }, usage),
-          el("td", {}, r.previous_response_id ? el("button", { type: "button", class: "link", onclick: () => openResponse(r.previous_response_id) }, "previous") : ""),
+          el("td", {},
+            r.previous_response_id ? el("button", { type: "button", class: "link", onclick: () => openResponse(r.previous_response_id) }, "previous") : "",
+            r.conversation_id ? el("button", { type: "button", class: "link", onclick: () => openConversation(r.conversation_id) }, "conversation") : "",
+          ),
           el("td", {}, el("button", { type: "button", onclick: () => openResponse(r.id), "aria-label": `Open ${r.id}` }, "Open")),
         ),
       );
@@ -367,6 +428,40 @@ async function searchHistory(fresh) {
   } catch (err) {
     showError(err);
   }
+}
+
+async function searchConversations(fresh) {
+  const params = { limit: "20" };
+  const from = dayStart($("h-from").value, false);
+  const to = dayStart($("h-to").value, true);
+  if (from) params.created_after = from;
+  if (to) params.created_before = to;
+  if (!fresh && state.historyCursor) params.after = state.historyCursor;
+  try {
+    const page = await api.conversations(params);
+    const body = $("conversation-table").querySelector("tbody");
+    if (fresh) clear(body);
+    for (const c of page.data) {
+      body.append(
+        el("tr", { dataset: { id: c.id } },
+          el("td", {}, formatTime(c.created_at)),
+          el("td", {}, el("code", {}, c.id)),
+          el("td", { class: "num" }, c.items),
+          el("td", {}, el("code", {}, JSON.stringify(c.metadata))),
+          el("td", {}, el("button", { type: "button", onclick: () => openConversation(c.id), "aria-label": `Open ${c.id}` }, "Open")),
+        ),
+      );
+    }
+    state.historyCursor = page.last_id;
+    $("history-more").hidden = !page.has_more;
+    $("history-empty").hidden = body.childElementCount > 0;
+  } catch (err) {
+    showError(err);
+  }
+}
+
+for (const radio of document.querySelectorAll('input[name="h-kind"]')) {
+  radio.addEventListener("change", () => searchHistory(true));
 }
 
 $("history-filters").addEventListener("submit", (ev) => {
