@@ -285,6 +285,15 @@ def test_fork_continues_from_an_earlier_turn(page: Any, served: Served) -> None:
     wait_verdict(page)
     forked = last_rid(page)
     assert api(served, f"/v1/responses/{forked}").json()["previous_response_id"] == first
+    # Inspect an earlier turn: its own stream, with the arrival times this tab saw.
+    page.locator(".turn-actions").first.get_by_role("button", name="Inspect").click()
+    expect(page.locator("#inspector-title")).to_have_text(f"Response {first}")
+    events = stored_events(served, str(first))
+    expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(events)))
+    assert page.locator("#frames tbody td.type").all_text_contents() == [e["type"] for e in events]
+    assert all(
+        t.startswith("+") for t in page.locator("#frames tbody tr td:nth-child(3)").all_text_contents()
+    )
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="no bubblewrap: run scripts/sandbox-deps.sh")
@@ -344,6 +353,7 @@ def test_a_broken_recording_shows_its_violations(page: Any, served: Served) -> N
     page.click("#load-go")
     text = wait_verdict(page)
     assert f"{len(verdict['violations'])} violation" in text
+    expect(page.locator("#inspector-title")).to_have_text("Recording broken.sse, sse")
     expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(broken)))
     marked = {
         int(i)
@@ -363,6 +373,22 @@ def test_a_broken_recording_shows_its_violations(page: Any, served: Served) -> N
     page.click("#load-go")
     assert f"{len(verdict['violations'])} violation" in wait_verdict(page)
     expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(broken)))
+    # A final Response that disagrees with what was streamed: the diff says where.
+    tampered = json.loads(json.dumps(events))
+    tampered[-1]["response"]["output"][-1]["content"][0]["text"] = "Something else."
+    page.click("#t-load")
+    page.fill("#load-text", "\n".join(json.dumps(e) for e in tampered))  # JSON lines
+    page.click("#load-go")
+    assert "violation" in wait_verdict(page)
+    expect(page.locator("#violations")).to_contain_text("output.mismatch")
+    page.click("#t-diff")
+    diff = page.locator("#diff")
+    expect(diff).to_contain_text("1 of 2 items identical")
+    expect(diff.locator(".differs summary")).to_contain_text("differs at .content[0].text")
+    expect(diff.locator(".differs pre").last).to_contain_text("Something else.")
+    expect(page.locator("#inspector-title")).to_have_text("Recording (pasted), jsonl")
+    shot(page, "06b-diff-mismatch")
+    page.click("#t-frames")
 
 
 def test_stop_ends_the_stream_and_the_gateway_keeps_the_cancel(page: Any, served: Served) -> None:
@@ -386,7 +412,7 @@ def test_stop_ends_the_stream_and_the_gateway_keeps_the_cancel(page: Any, served
     assert "".join(SLOW_TEXT) != answer.text_content()
 
 
-def test_an_upstream_failure_shows_an_error_banner(page: Any, upstream: UpstreamMock) -> None:
+def test_an_upstream_failure_shows_an_error_banner(page: Any, upstream: UpstreamMock, served: Served) -> None:
     page.select_option("#model", "flaky")
     send(page, "anyone there?")
     banner = page.locator("#banner")
@@ -404,13 +430,22 @@ def test_an_upstream_failure_shows_an_error_banner(page: Any, upstream: Upstream
     page.problems.clear()
     page.click("#banner-close")
     expect(banner).to_be_hidden()
-    # A failure after the stream started: the stream's own error, and the partial answer kept.
+    # A failure after the stream started: the stream's own error, and the partial answer kept; sent to
+    # another model than the turn it continues (the model changes mid-conversation).
+    page.select_option("#model", "demo")
+    send(page, "before the switch")
+    expect(page.locator(".turn-status").last).to_have_text("completed · demo")
+    wait_verdict(page)
+    chained = last_rid(page)
     page.select_option("#model", "midfail")
     send(page, "try again")
     expect(banner).to_contain_text("the model fell over")
     expect(page.locator(".message.assistant .text").last).to_have_text("partial answer")
     expect(page.locator(".turn-status").last).to_have_text("failed (server_error) · midfail")
     wait_verdict(page)
+    # The model changed mid-conversation: the new model got the same chain.
+    failed = api(served, f"/v1/responses/{last_rid(page)}").json()
+    assert failed["model"] == "midfail" and failed["previous_response_id"] == chained
     expect(page.locator("#stat-status")).to_have_text("failed")
     shot(page, "08-stream-failed")
     page.click("#banner-close")

@@ -471,9 +471,16 @@ $("history-filters").addEventListener("submit", (ev) => {
 $("history-more").addEventListener("click", () => searchHistory(false));
 
 // ------------------------------------------------------------------------------ recordings
+let loadedName = null; // the file the text came from, until it is edited
 $("load-file").addEventListener("change", async () => {
   const file = $("load-file").files[0];
-  if (file) $("load-text").value = await file.text();
+  if (file) {
+    $("load-text").value = await file.text();
+    loadedName = file.name;
+  }
+});
+$("load-text").addEventListener("input", () => {
+  loadedName = null;
 });
 
 $("load-go").addEventListener("click", async () => {
@@ -486,8 +493,7 @@ $("load-go").addEventListener("click", async () => {
     showError(new Error(`Could not read the recording: ${err.message}`));
     return;
   }
-  const file = $("load-file").files[0];
-  await inspector.load(parsed.events, { label: `Recording${file ? ` ${file.name}` : ""} (${parsed.format})` });
+  await inspector.load(parsed.events, { label: `Recording${loadedName ? ` ${loadedName}` : " (pasted)"}, ${parsed.format}` });
   document.getElementById("t-frames").click();
 });
 

@@ -236,8 +236,8 @@ export class Inspector {
         el("details", { class: "diff-row differs", open: true },
           el("summary", {}, `✗ [${i}] ${(a || b).type} ${(a || b).id || ""}: ${what}`),
           el("div", { class: "diff-cols" },
-            el("pre", { "aria-label": "Streamed item" }, a ? pretty(a) : "—"),
-            el("pre", { "aria-label": "Final item" }, b ? pretty(b) : "—"),
+            el("div", {}, el("h3", {}, "Streamed (output_item.done)"), el("pre", { "aria-label": "Streamed item" }, a ? pretty(a) : "—")),
+            el("div", {}, el("h3", {}, "Final Response"), el("pre", { "aria-label": "Final item" }, b ? pretty(b) : "—")),
           ),
         ),
       );

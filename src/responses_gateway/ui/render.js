@@ -119,9 +119,11 @@ class MessageView {
           const href = await blobURL(
             `/v1/containers/${encodeURIComponent(a.container_id)}/files/${encodeURIComponent(a.file_id)}/content`,
           );
-          const link = el("a", { href, download: a.filename || a.file_id }, "download");
-          node.after(link);
+          const link = el("a", { href, download: a.filename || a.file_id, hidden: true });
+          document.body.append(link);
           link.click();
+          link.remove();
+          setTimeout(() => URL.revokeObjectURL(href), 60_000);
         },
       }, a.filename || a.file_id);
       label = "file";
