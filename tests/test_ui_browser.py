@@ -241,6 +241,11 @@ def test_inspector_shows_every_frame_of_the_stream(page: Any, served: Served) ->
     # A frame opens as JSON.
     rows.nth(2).click()
     expect(page.locator("#frame-detail")).to_contain_text('"type": "response.output_item.added"')
+    # The keyboard walks the frames: one tab stop, arrow keys move and open the next frame.
+    page.keyboard.press("ArrowDown")
+    expect(rows.nth(3)).to_be_focused()
+    expect(page.locator("#frame-detail")).to_contain_text(f'"type": "{events[3]["type"]}"')
+    assert page.locator('#frames tbody tr[tabindex="0"]').count() == 1
 
 
 def test_a_function_call_is_a_card_and_its_output_goes_back(page: Any, served: Served) -> None:

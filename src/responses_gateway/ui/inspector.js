@@ -86,9 +86,10 @@ export class Inspector {
     if (this.t0 === null && time !== null) this.t0 = time;
     if (!this.responseId && event.response && event.response.id) this.responseId = event.response.id;
     const rel = time === null ? "" : `+${Math.round(time - this.t0)}`;
+    // One tab stop for the whole table (the first or selected row); arrow keys move between rows.
     const row = el(
       "tr",
-      { tabindex: 0, dataset: { index }, onclick: () => this.show(index), onkeydown: (e) => e.key === "Enter" && this.show(index) },
+      { tabindex: index === 0 ? 0 : -1, dataset: { index }, onclick: () => this.show(index), onkeydown: (e) => this.rowKey(e, index) },
       el("td", { class: "num" }, index),
       el("td", { class: "num" }, event.sequence_number ?? "—"),
       el("td", { class: "num" }, rel),
@@ -107,13 +108,30 @@ export class Inspector {
     }
   }
 
+  rowKey(e, index) {
+    const step = { ArrowDown: 1, ArrowUp: -1, PageDown: 20, PageUp: -20 }[e.key];
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      this.show(index);
+    } else if (step) {
+      e.preventDefault();
+      this.jump(Math.max(0, Math.min(this.events.length - 1, index + step)));
+    }
+  }
+
   show(index) {
     const event = this.events[index];
     const notes = this.violations.filter((v) => v.index === index);
     this.frameDetail.textContent = (notes.length ? notes.map((v) => `✗ [${v.rule}] ${v.message}`).join("\n") + "\n\n" : "") + pretty(event);
-    for (const r of this.framesBody.querySelectorAll("tr.selected")) r.classList.remove("selected");
+    for (const r of this.framesBody.querySelectorAll("tr.selected, tr[tabindex='0']")) {
+      r.classList.remove("selected");
+      r.tabIndex = -1;
+    }
     const row = this.framesBody.children[index];
-    if (row) row.classList.add("selected");
+    if (row) {
+      row.classList.add("selected");
+      row.tabIndex = 0;
+    }
   }
 
   // The stream ended (or a recording was loaded): verdict, tree, diff.

@@ -109,7 +109,8 @@ class MessageView {
     p.notes.hidden = false;
     let label = a.type;
     let node;
-    if (a.type === "url_citation") {
+    if (a.type === "url_citation" && /^https?:\/\//i.test(String(a.url))) {
+      // Only web links: a model's "javascript:" or "data:" URL never becomes a link.
       node = el("a", { href: a.url, rel: "noopener noreferrer", target: "_blank" }, a.title || a.url);
     } else if (a.type === "container_file_citation" && a.container_id && a.file_id) {
       node = el("button", {
@@ -128,7 +129,7 @@ class MessageView {
       }, a.filename || a.file_id);
       label = "file";
     } else {
-      node = el("span", {}, a.filename || a.file_id || a.title || JSON.stringify(a));
+      node = el("span", {}, a.filename || a.file_id || a.title || a.url || JSON.stringify(a));
       label = a.type === "file_citation" ? "file" : a.type;
     }
     p.notes.append(el("li", {}, el("span", { class: "badge" }, label), " ", node));
