@@ -6,9 +6,6 @@ pins; docs/client-requirements-coverage.md maps every bullet to its test.
 
 from __future__ import annotations
 
-import base64
-import os
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -367,28 +364,6 @@ def test_compact_endpoint_compacts_and_a_missing_model_is_a_clear_400(gateway: F
     assert compacted["object"] == "response.compaction" and compacted["output"][-1]["type"] == "compaction"
     missing = httpx.post(gw.url("/v1/responses/compact"), json={"input": "hi"}, timeout=30)
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
-
-
-def test_websocket_mode_is_refused_clearly(gateway: Factory) -> None:
-    gw = gateway([ScriptedProvider([{"message": "x"}], name="m")])
-    key = base64.b64encode(os.urandom(16))
-    with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
-        sock.sendall(
-            b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-            b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        )
-        raw = b""
-        while b"\r\n\r\n" not in raw or not raw.rstrip().endswith(b"}"):
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            raw += chunk
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n")[0]
-    assert status_line.split()[1] == b"400", raw
-    error = orjson.loads(body)["error"]
-    assert error["code"] == "unsupported_websocket"
-    assert "stream" in error["message"]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,15 @@ from typing import Any
 
 JSON = dict[str, Any]
 
-__all__ = ["JSON", "MAX_NESTING", "RequestError", "ResponseRequest", "check_nesting", "parse_request"]
+__all__ = [
+    "JSON",
+    "MAX_NESTING",
+    "RequestError",
+    "ResponseRequest",
+    "check_nesting",
+    "echo_tool",
+    "parse_request",
+]
 
 
 @dataclass(slots=True)
@@ -87,12 +95,25 @@ class ResponseRequest:
                 "verbosity": self.text.get("verbosity") or "medium",
             },
             "tool_choice": self.tool_choice,
-            "tools": self.tools,
+            "tools": [echo_tool(tool) for tool in self.tools],
             "top_logprobs": self.top_logprobs,
             "top_p": self.top_p,
             "truncation": self.truncation,
             "user": self.user,
         }
+
+
+def echo_tool(tool: JSON) -> JSON:
+    """A tool as the Response reports it: a function tool (also inside a namespace) always carries
+    ``description``, ``parameters`` and ``strict`` (null when the client left them out), as OpenAI's
+    Response and the Open Responses schema have them."""
+    kind = tool.get("type")
+    if kind == "function":
+        missing = [key for key in ("description", "parameters", "strict") if key not in tool]
+        return {**tool, **dict.fromkeys(missing)} if missing else tool
+    if kind == "namespace" and isinstance(tool.get("tools"), list):
+        return {**tool, "tools": [echo_tool(sub) for sub in tool["tools"]]}
+    return tool
 
 
 def _conversation_echo(conversation: str | JSON | None) -> JSON | None:

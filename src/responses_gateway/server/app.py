@@ -36,6 +36,7 @@ from .router import Router
 from .streaming import GENERIC_FAILURE
 from .types import Receive, Scope, Send
 from .ui import UI, is_ui_path
+from .websocket import WebSocketAPI
 
 __all__ = ["GatewayApp"]
 
@@ -43,7 +44,8 @@ log = logging.getLogger("responses_gateway.server")
 
 
 class GatewayApp:
-    """ASGI application serving the Responses API, ``GET /v1/models`` and ``GET /health``.
+    """ASGI application serving the Responses API (HTTP and WebSocket mode), ``GET /v1/models`` and
+    ``GET /health``.
 
     ``store`` is the open :class:`~responses_gateway.store.Store` (None before start-up, or when the
     config has no ``store_url``); :meth:`owner_for` names who owns what a request reads and writes.
@@ -63,6 +65,7 @@ class GatewayApp:
         self.containers = ContainerPool(lambda: None if data_dir is None else Path(data_dir) / "containers")
         self.hosted_tools: dict[str, HostedTool] = {"code_interpreter": CodeInterpreter(self.containers)}
         self.responses = ResponsesAPI(self)
+        self.websockets = WebSocketAPI(self.responses)
         self.router = Router()
         self.router.add("/v1/responses", POST=self.responses.create)
         self.router.add("/v1/models", GET=self._list_models)
@@ -100,6 +103,12 @@ class GatewayApp:
         return self._auth.owner(scope["headers"], x_api_key=_anthropic(scope["path"]))
 
     @property
+    def ws_max_message_bytes(self) -> int:
+        """The largest ``response.create`` message a WebSocket connection may send."""
+        limit = self.config.ws_max_message_bytes
+        return limit if limit is not None else self.config.max_body_bytes
+
+    @property
     def sealer(self) -> Sealer:
         """The key sealing reasoning state: ``RG_SEAL_KEY``, else ``<data_dir>/seal.key``, else in memory."""
         if self._sealer is None:
@@ -121,7 +130,7 @@ class GatewayApp:
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         elif kind == "websocket":
-            await self._refuse_websocket(scope, receive, send)
+            await self.websockets(scope, receive, send)
 
     # ------------------------------------------------------------------------------------ plumbing
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -207,24 +216,6 @@ class GatewayApp:
                 await (send_anthropic_error if _anthropic(path) else send_error)(
                     send, HTTPError(500, GENERIC_FAILURE, type="server_error", code="server_error")
                 )
-
-    async def _refuse_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """WebSocket mode (Codex, Open Responses) is not served: a 400 in OpenAI's shape, not a bare 500."""
-        if (await receive())["type"] != "websocket.connect":
-            return
-        if "websocket.http.response" not in (scope.get("extensions") or {}):
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        err = HTTPError(
-            400,
-            f"WebSocket connections are not supported on {scope['path']}: POST /v1/responses with "
-            '"stream": true for Server-Sent Events.',
-            code="unsupported_websocket",
-        )
-        body = err.body()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "websocket.http.response.start", "status": err.status, "headers": headers})
-        await send({"type": "websocket.http.response.body", "body": body, "more_body": False})
 
     async def read_body(self, scope: Scope, receive: Receive) -> bytes:
         """The request's body, at most ``max_body_bytes`` (413 past it); what every endpoint reads."""

@@ -53,6 +53,10 @@ class ServerConfig:
     store_max_response_bytes: int | None = 256 * 1024 * 1024
     # One INFO line per POST /v1/responses (server/request_log.py): model, status, tokens, timing.
     request_log: bool = True
+    # WebSocket mode (server/websocket.py): how long one connection may live (OpenAI: 60 minutes) and
+    # the largest ``response.create`` message it may send (None: ``max_body_bytes``).
+    ws_max_lifetime: float = 3600.0
+    ws_max_message_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
@@ -69,6 +73,10 @@ class ServerConfig:
             raise ValueError("keepalive_interval must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
+        if self.ws_max_lifetime <= 0:
+            raise ValueError("ws_max_lifetime must be positive")
+        if self.ws_max_message_bytes is not None and self.ws_max_message_bytes <= 0:
+            raise ValueError("ws_max_message_bytes must be positive")
         if self.max_file_bytes <= 0:
             raise ValueError("max_file_bytes must be positive")
         if self.store_retention is not None and self.store_retention <= 0:

@@ -34,12 +34,12 @@ import orjson
 from ..engine import Engine, HostedTool, RunContext, plan_hosted
 from ..engine.compaction import compact, expand
 from ..protocol.builder import StreamBuilder
-from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, parse_request
+from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, echo_tool, parse_request
 from ..protocol.response import new_response
 from ..providers.base import Provider, ProviderError
 from ..redaction import REDACTOR
 from ..sealing import Sealer, SealError
-from ..store import RUNNING, TERMINAL, NotFound, ResponseNotFound, Store
+from ..store import RUNNING, TERMINAL, NotFound, PreviousResponseNotFound, ResponseNotFound, Store
 from .bodies import parse_json_body
 from .capabilities import check_capabilities
 from .config import ServerConfig
@@ -70,12 +70,25 @@ class Host(Protocol):
     async def provider_for(self, model: str) -> Provider: ...
 
 
-__all__ = ["PREFIX", "Client", "Host", "Prepared", "ResponsesAPI", "not_found"]
+__all__ = [
+    "PREFIX",
+    "Client",
+    "Host",
+    "LocalHistory",
+    "Prepared",
+    "ResponsesAPI",
+    "Seal",
+    "not_found",
+    "presenter",
+    "previous_not_found",
+]
 
 log = logging.getLogger("responses_gateway.server")
 
 JSON = dict[str, Any]
 Seal = Callable[[list[JSON]], list[JSON]]
+# A front end's own record of recent responses: the context a previous_response_id continues, or None.
+LocalHistory = Callable[[str], list[JSON] | None]
 
 
 class Client(Protocol):
@@ -99,6 +112,16 @@ _ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.do
 def not_found(exc: NotFound) -> HTTPError:
     """A store NotFound as OpenAI's 404."""
     return HTTPError(404, str(exc), param=exc.param, code=getattr(exc, "code", None))
+
+
+def previous_not_found(rid: str) -> HTTPError:
+    """OpenAI's answer to a ``previous_response_id`` it cannot continue from."""
+    return HTTPError(
+        400,
+        f"Previous response with id '{rid[:200]}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> HTTPError:
@@ -276,6 +299,9 @@ class Prepared:
     turn: list[JSON]
     client_tools: tuple[list[JSON], Any]
     flattening: Flattening
+    # The whole conversation the model reads (context resolved and expanded), for a front end that
+    # keeps it (a WebSocket connection's previous responses).
+    history: list[JSON]
 
 
 class ResponsesAPI:
@@ -326,11 +352,22 @@ class ResponsesAPI:
         body = parse_json_body(await self.app.read_body(scope, receive))
         return await self.prepare(self.app.owner_for(scope), body, line)
 
-    async def prepare(self, owner: str, body: Any, line: RequestLog | None = None) -> Prepared:
+    async def prepare(
+        self,
+        owner: str,
+        body: Any,
+        line: RequestLog | None = None,
+        *,
+        local: LocalHistory | None = None,
+    ) -> Prepared:
         """Everything up to the first event, shared by every way a Response is asked for (SSE, JSON,
         input_tokens, compact and the other front ends): the create body parsed, the state resolved
         (previous response, conversation, item references), the back end chosen and given hosted
-        tools it cannot run as functions (the engine), and every refusal an :class:`HTTPError`."""
+        tools it cannot run as functions (the engine), and every refusal an :class:`HTTPError`.
+
+        ``local`` resolves a ``previous_response_id`` before the store (a WebSocket connection's own
+        recent responses, kept even with ``store: false``): the context the model saw, or None; with
+        it, an id found in neither place is a 400 ``previous_response_not_found``."""
         app = self.app
         try:
             request = parse_request(body)
@@ -340,6 +377,11 @@ class ResponsesAPI:
             line.model, line.stream = request.model, request.stream
         store = app.store
         conversation_id = _conversation_id(request)
+        local_context: list[JSON] | None = None
+        if local is not None and request.previous_response_id is not None:
+            local_context = local(request.previous_response_id)
+            if local_context is None and store is None:
+                raise previous_not_found(request.previous_response_id)
         if not request.input and request.previous_response_id is None and conversation_id is None:
             # Nothing to answer: an empty conversation sent upstream makes a model ramble until its
             # output limit (or its context) runs out.
@@ -350,12 +392,13 @@ class ResponsesAPI:
                 param="input",
                 code="missing_required_parameter",
             )
-        self._check_state(request, store, conversation_id)
+        self._check_state(request, store, conversation_id, chained=local_context is not None)
         self._unseal_input(request, owner)
         provider = await app.provider_for(request.model)
         turn = request.input
+        previous = request.previous_response_id if local_context is None else None
         if store is not None and (
-            request.previous_response_id is not None
+            previous is not None
             or conversation_id is not None
             or any(_needs_lookup(item) for item in request.input)
         ):
@@ -363,12 +406,16 @@ class ResponsesAPI:
                 context, turn = await store.responses.resolve_input(
                     owner,
                     request.input,
-                    previous_response_id=request.previous_response_id,
+                    previous_response_id=previous,
                     conversation_id=conversation_id,
                 )
             except NotFound as exc:
+                if local is not None and isinstance(exc, PreviousResponseNotFound):
+                    raise previous_not_found(exc.object_id) from None
                 raise not_found(exc) from None
             request.input = [*context, *turn]
+        if local_context is not None:
+            request.input = [*local_context, *request.input]
         # Compaction items this gateway sealed become context again; another server's stay for a back
         # end that compacts itself (the OpenAI passthrough), and are a 400 for any other.
         try:
@@ -384,6 +431,8 @@ class ResponsesAPI:
                     f"input[{foreign}]",
                     "invalid_encrypted_content",
                 )
+        # What the model is given as its conversation, before hosted tools rewrite it for the back end.
+        history = list(request.input)
         # The Response echoes the tools as the client sent them, whatever the back end is given.
         client_tools = (request.tools, request.tool_choice)
         # Hosted tools the back end cannot run itself are offered as functions and run by the engine.
@@ -414,7 +463,7 @@ class ResponsesAPI:
             except ProviderError as exc:
                 if not flattening.drop_refused(request, exc):
                     raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
-        return Prepared(request, provider, owner, turn, client_tools, flattening)
+        return Prepared(request, provider, owner, turn, client_tools, flattening, history)
 
     async def compact(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /v1/responses/compact``: the conversation's user messages and one sealed compaction
@@ -454,6 +503,7 @@ class ResponsesAPI:
         if flattening.dropped:
             # The Response says which tools the model had: the dropped ones are not among them.
             echo["tools"] = [t for i, t in enumerate(client_tools[0]) if i not in flattening.dropped]
+        echo["tools"] = [echo_tool(tool) for tool in echo["tools"]]
         if store is None:
             # Nothing is kept without a store: the response must not claim it was stored.
             echo["store"] = False
@@ -505,7 +555,12 @@ class ResponsesAPI:
             raise
 
     def _check_state(
-        self, request: ResponseRequest, store: Store | None, conversation_id: str | None
+        self,
+        request: ResponseRequest,
+        store: Store | None,
+        conversation_id: str | None,
+        *,
+        chained: bool = False,
     ) -> None:
         """Refuse what needs state the gateway cannot give."""
         if request.background and not request.store:
@@ -525,7 +580,7 @@ class ResponsesAPI:
             (name, f"'{name}'")
             for name, used in (
                 ("background", request.background),
-                ("previous_response_id", request.previous_response_id is not None),
+                ("previous_response_id", request.previous_response_id is not None and not chained),
                 ("conversation", conversation_id is not None),
             )
             if used

@@ -98,6 +98,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"largest accepted request body (default {DEFAULT_MAX_BODY_BYTES})",
     )
     parser.add_argument(
+        "--ws-max-lifetime",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="WebSocket mode: how long one connection may stay open (default 3600, as OpenAI's); "
+        "the client is told websocket_connection_limit_reached and reconnects",
+    )
+    parser.add_argument(
+        "--ws-max-message-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="WebSocket mode: the largest response.create message (default: --max-body-bytes)",
+    )
+    parser.add_argument(
         "--max-file-bytes",
         type=int,
         default=DEFAULT_MAX_FILE_BYTES,
@@ -275,6 +290,8 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         drop_unsupported_tools=tuple(dict.fromkeys(args.drop_unsupported_tool)),
         request_log=args.request_log,
         ui=args.ui,
+        ws_max_lifetime=args.ws_max_lifetime,
+        ws_max_message_bytes=args.ws_max_message_bytes,
     )
     return GatewayApp(build_registry(args), config, preload=args.preload)
 
@@ -337,6 +354,11 @@ def serve(args: argparse.Namespace) -> int:
         port=args.port,
         loop="uvloop",
         http=protocol,
+        # WebSocket mode on /v1/responses (server/websocket.py). uvicorn closes a connection (1009)
+        # on a message past ws_max_size: twice the gateway's own limit, which answers with an error
+        # event and keeps the connection, so only an absurd message ends it.
+        ws="websockets",
+        ws_max_size=2 * app.ws_max_message_bytes,
         lifespan="on",
         access_log=args.access_log,
         log_level=args.log_level,
