@@ -27,6 +27,7 @@ from responses_gateway.server.app import GatewayApp
 from responses_gateway.server.config import ServerConfig
 from responses_gateway.server.http_protocol import GatewayHttpProtocol
 from responses_gateway.server.registry import ModelRegistry
+from responses_gateway.server.websocket import UVICORN_WS
 
 
 @dataclass
@@ -89,6 +90,7 @@ def start_gateway(
             port=port,
             loop="uvloop",
             http=GatewayHttpProtocol.configured(**(http or {})),
+            ws=UVICORN_WS,
             lifespan="on",
             access_log=False,
             log_level="warning",

@@ -325,8 +325,12 @@ def run_codex(
     key: str = KEY,
     web_search: str | None = "disabled",
     idle_timeout_ms: int = 20000,
+    websockets: bool = False,
 ) -> Run:
-    """``codex exec --json`` as a user runs it, in an empty working directory, with a fresh CODEX_HOME."""
+    """``codex exec --json`` as a user runs it, in an empty working directory, with a fresh CODEX_HOME.
+
+    ``websockets``: the provider says ``supports_websockets = true`` and points at the gateway itself
+    (the recording proxy relays HTTP only), so Codex talks WebSocket mode."""
     home = tmp_path / "codex-home"
     work = tmp_path / "work"
     home.mkdir()
@@ -343,8 +347,9 @@ def run_codex(
         "",
         "[model_providers.gateway]",
         'name = "responses-gateway"',
-        f'base_url = "http://127.0.0.1:{setup.proxy.port}/v1"',
+        f'base_url = "http://127.0.0.1:{setup.gateway_port if websockets else setup.proxy.port}/v1"',
         'wire_api = "responses"',
+        *(["supports_websockets = true"] if websockets else []),
         'env_key = "GATEWAY_KEY"',
         # Bounded retries keep a failing test short (Codex's defaults are 4 and 5).
         "request_max_retries = 1",

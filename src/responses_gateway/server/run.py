@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import sys
+import warnings
 
 import uvicorn
 
@@ -27,6 +28,7 @@ from .http_protocol import (
 )
 from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_from_config
 from .streaming import stop_all_runs
+from .websocket import UVICORN_WS
 
 __all__ = ["add_serve_arguments", "build_app", "serve"]
 
@@ -348,16 +350,18 @@ def serve(args: argparse.Namespace) -> int:
         log.info(
             "the embedded model %s loads on its first request (use --preload to load it now)", LOCAL_MODEL
         )
+    warnings.filterwarnings("ignore", message="The `websockets` implementation is deprecated")
     config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
         loop="uvloop",
         http=protocol,
-        # WebSocket mode on /v1/responses (server/websocket.py). uvicorn closes a connection (1009)
-        # on a message past ws_max_size: twice the gateway's own limit, which answers with an error
-        # event and keeps the connection, so only an absurd message ends it.
-        ws="websockets",
+        # WebSocket mode on /v1/responses (server/websocket.py; UVICORN_WS says why this protocol).
+        # uvicorn closes a connection (1009) on a message past ws_max_size: twice the gateway's own
+        # limit, which answers with an error event and keeps the connection, so only an absurd
+        # message ends it.
+        ws=UVICORN_WS,
         ws_max_size=2 * app.ws_max_message_bytes,
         lifespan="on",
         access_log=args.access_log,

@@ -40,7 +40,7 @@ from .responses import ResponsesAPI, Seal
 from .streaming import GENERIC_FAILURE, Record, Sink
 from .types import Receive, Scope, Send
 
-__all__ = ["HISTORY", "INBOX", "PATH", "WebSocketAPI"]
+__all__ = ["HISTORY", "INBOX", "PATH", "UVICORN_WS", "WebSocketAPI", "error_message"]
 
 log = logging.getLogger("responses_gateway.server")
 
@@ -53,6 +53,12 @@ HISTORY = 4
 # Messages read ahead while a response runs (the connection answers them in order afterwards); past
 # this the reader stops reading and the socket pushes back.
 INBOX = 8
+
+# uvicorn's WebSocket protocol for ``serve`` and the tests. Its default (``websockets-sansio``) sends
+# an upgrade's HTTP refusal (401, 404) but never marks the handshake done, so it logs "ASGI callable
+# returned without completing handshake" and an error for every refused key; the ``websockets``
+# protocol does not (uvicorn calls it deprecated: ``serve`` silences that one warning).
+UVICORN_WS = "websockets"
 
 _CALLS = {"function_call_output": "function_call", "custom_tool_call_output": "custom_tool_call"}
 
@@ -233,6 +239,7 @@ class _Connection:
             previous = chained if isinstance(chained, str) else None
             generate = self._options(body)
             ready = await self.responses.prepare(self.owner, body, line, local=self._local)
+            line.stream = True
             _check_outputs(ready.history)
             if not generate:
                 ready.provider = _NoGeneration()
