@@ -13,13 +13,24 @@ The gateway does the same for any model:
 
 A back end that compacts natively (the OpenAI passthrough) is asked directly; its compaction items are
 its own and pass through untouched.
+
+Server-side compaction (``context_management: [{"type": "compaction", "compact_threshold": N}]`` on a
+create request) is :class:`ContextCompaction`: when the request's context is estimated past ``N``
+tokens, the same summarising turn runs before the model's turn, the Response's first output item is
+the ``compaction`` item, and the turn reads the compacted window instead of the whole history. That
+item stands for everything before it (the user messages and the tool results still awaited are
+sealed into it verbatim), so when a later request sends it back, whatever precedes it is dropped:
+a client may append output items as usual, or prune them, as OpenAI's guide says.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import AsyncIterator
 from typing import Any
+
+import orjson
 
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import RequestError, ResponseRequest
@@ -27,7 +38,7 @@ from ..protocol.response import empty_usage, new_id, new_response
 from ..providers.base import Provider, ProviderError
 from ..sealing import Sealer, SealError
 
-__all__ = ["SUMMARY_INSTRUCTIONS", "compact", "expand"]
+__all__ = ["SUMMARY_INSTRUCTIONS", "ContextCompaction", "compact", "estimate_tokens", "expand"]
 
 JSON = dict[str, Any]
 
@@ -61,8 +72,8 @@ def _as_output(item: JSON) -> JSON:
     }
 
 
-async def compact(provider: Provider, request: ResponseRequest, sealer: Sealer, owner: str) -> JSON:
-    """The compacted window of ``request``'s conversation (a ``response.compaction`` object)."""
+async def _summarize(provider: Provider, request: ResponseRequest) -> tuple[str, JSON]:
+    """One summarising turn of ``provider`` over ``request``'s conversation: the summary and its usage."""
     summary_request = dataclasses.replace(
         request,
         instructions=SUMMARY_INSTRUCTIONS,
@@ -78,6 +89,7 @@ async def compact(provider: Provider, request: ResponseRequest, sealer: Sealer, 
         background=False,
         previous_response_id=None,
         conversation=None,
+        compact_threshold=None,
     )
     builder = StreamBuilder(new_response(request.model))
     builder.start()
@@ -106,6 +118,12 @@ async def compact(provider: Provider, request: ResponseRequest, sealer: Sealer, 
     ).strip()
     if not summary:
         raise ProviderError("The model gave no summary of the conversation.", status=502, code="server_error")
+    return summary, response.get("usage") or empty_usage()
+
+
+async def compact(provider: Provider, request: ResponseRequest, sealer: Sealer, owner: str) -> JSON:
+    """The compacted window of ``request``'s conversation (a ``response.compaction`` object)."""
+    summary, usage = await _summarize(provider, request)
     kept = [_as_output(item) for item in request.input if _is_user_message(item)]
     sealed = sealer.seal({"v": 1, "summary": summary}, context=_CONTEXT + owner)
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
@@ -114,8 +132,75 @@ async def compact(provider: Provider, request: ResponseRequest, sealer: Sealer, 
         "object": "response.compaction",
         "created_at": int(time.time()),
         "output": [*kept, item],
-        "usage": response.get("usage") or empty_usage(),
+        "usage": usage,
     }
+
+
+def estimate_tokens(request: ResponseRequest) -> int:
+    """The context's size in tokens, estimated at 4 bytes of JSON per token (instructions, tools and
+    input): what a ``compact_threshold`` is compared with, for every back end alike."""
+    size = len(orjson.dumps(request.input)) + len((request.instructions or "").encode())
+    if request.tools:
+        size += len(orjson.dumps(request.tools))
+    return size // 4
+
+
+_OUTPUTS = {"function_call_output": "function_call", "custom_tool_call_output": "custom_tool_call"}
+
+
+def _awaited(items: list[JSON]) -> list[JSON]:
+    """The tool results the model has not answered yet (the trailing outputs) and their calls, in
+    order: a compacted window keeps them verbatim so the turn can go on from them."""
+    start = len(items)
+    while start > 0 and items[start - 1].get("type") in _OUTPUTS:
+        start -= 1
+    outputs = items[start:]
+    wanted = {(_OUTPUTS[str(o.get("type"))], o.get("call_id")) for o in outputs}
+    calls = [i for i in items[:start] if (i.get("type"), i.get("call_id")) in wanted]
+    return [*calls, *outputs]
+
+
+def _summary_message(summary: str) -> JSON:
+    text = SUMMARY_PREFIX + summary
+    return {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]}
+
+
+class ContextCompaction(Provider):
+    """``inner``, compacting the context first when it is estimated past ``threshold`` tokens."""
+
+    def __init__(self, inner: Provider, threshold: int, sealer: Sealer, owner: str) -> None:
+        self.inner = inner
+        self.threshold = threshold
+        self.sealer = sealer
+        self.owner = owner
+        self.name = inner.name
+        self.capabilities = inner.capabilities
+        self.compacts = inner.compacts
+
+    def check_request(self, request: ResponseRequest) -> None:
+        self.inner.check_request(request)
+
+    def secrets(self) -> tuple[str, ...]:
+        return self.inner.secrets()
+
+    async def compact(self, request: ResponseRequest) -> JSON | None:
+        return await self.inner.compact(request)
+
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        return await self.inner.count_input_tokens(request)
+
+    async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
+        if estimate_tokens(request) > self.threshold:
+            summary, _ = await _summarize(self.inner, request)
+            kept = [_as_output(item) for item in request.input if _is_user_message(item)]
+            awaited = _awaited(request.input)
+            payload = {"v": 1, "summary": summary, "kept": kept, "awaited": awaited, "window": True}
+            sealed = self.sealer.seal(payload, context=_CONTEXT + self.owner)
+            builder.add_item({"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed})
+            yield
+            request = dataclasses.replace(request, input=[*kept, _summary_message(summary), *awaited])
+        async for _ in self.inner.stream(request, builder):
+            yield
 
 
 def expand(items: list[JSON], sealer: Sealer, owner: str) -> list[JSON] | None:
@@ -145,8 +230,11 @@ def expand(items: list[JSON], sealer: Sealer, owner: str) -> list[JSON] | None:
                 param=f"input[{index}].encrypted_content",
                 code="invalid_encrypted_content",
             )
-        text = SUMMARY_PREFIX + summary
-        out.append(
-            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]}
-        )
+        if isinstance(payload, dict) and payload.get("window"):
+            # Server-side compaction: the item stands for everything before it.
+            kept = [i for i in payload.get("kept") or [] if isinstance(i, dict)]
+            awaited = [i for i in payload.get("awaited") or [] if isinstance(i, dict)]
+            out = [*kept, _summary_message(summary), *awaited]
+        else:
+            out.append(_summary_message(summary))
     return out

@@ -57,6 +57,9 @@ class ResponseRequest:
     truncation: str | None = None
     user: str | None = None
     top_logprobs: int | None = None
+    # ``context_management``: the token count past which the context is compacted before the turn
+    # (its ``compaction`` entry's ``compact_threshold``, or the default), None without one.
+    compact_threshold: int | None = None
     # The body exactly as received, for passthrough providers.
     raw: JSON = field(default_factory=dict)
     # Hints: validated and echoed on the Response, never acted upon by a back end.
@@ -698,6 +701,30 @@ def _set_tool_choice(req: ResponseRequest, value: Any) -> None:
         req.tool_choice = value
 
 
+# ``context_management: [{"type": "compaction"}]`` without a ``compact_threshold``: OpenAI picks one per
+# model; the gateway, which does not know every back end's window, uses this one (estimated tokens).
+DEFAULT_COMPACT_THRESHOLD = 100_000
+# OpenAI's minimum ``compact_threshold``.
+MIN_COMPACT_THRESHOLD = 1000
+
+
+def _set_context_management(req: ResponseRequest, value: Any) -> None:
+    if value is None:
+        return
+    for i, entry in enumerate(check_list(value, "context_management")):
+        param = f"context_management[{i}]"
+        entry = _obj(entry, param)
+        _enum(_type_of(entry, param), f"{param}.type", ("compaction",))
+        for key in entry:
+            if key not in ("type", "compact_threshold"):
+                raise _unknown(f"{param}.{key}")
+        threshold = entry.get("compact_threshold")
+        if threshold is None:
+            req.compact_threshold = DEFAULT_COMPACT_THRESHOLD
+        else:
+            req.compact_threshold = _int(threshold, f"{param}.compact_threshold", MIN_COMPACT_THRESHOLD)
+
+
 def _set_tools(req: ResponseRequest, value: Any) -> None:
     if value is not None:
         req.tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(check_list(value, "tools"))]
@@ -749,6 +776,7 @@ FIELDS: dict[str, _Setter] = {
     "client_metadata": _set_value("client_metadata", lambda v: _obj(v, "client_metadata")),
     "top_logprobs": _set("top_logprobs", lambda v, p: _int(v, p, 0, 20)),
     "prompt": _set_value("prompt", _prompt),
+    "context_management": _set_context_management,
 }
 
 # Stored prompt templates do not exist here: refused with a clear message rather than silently ignored.

@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from ..engine import Engine, HostedTool, RunContext, plan_hosted
-from ..engine.compaction import compact, expand
+from ..engine.compaction import ContextCompaction, compact, expand
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, echo_tool, parse_request
 from ..protocol.response import new_response
@@ -463,6 +463,9 @@ class ResponsesAPI:
             except ProviderError as exc:
                 if not flattening.drop_refused(request, exc):
                     raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
+        if request.compact_threshold is not None and not provider.compacts:
+            # Server-side compaction (context_management); a back end that compacts does it itself.
+            provider = ContextCompaction(provider, request.compact_threshold, app.sealer, owner)
         return Prepared(request, provider, owner, turn, client_tools, flattening, history)
 
     async def compact(self, scope: Scope, receive: Receive, send: Send) -> None:
