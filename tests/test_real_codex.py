@@ -326,11 +326,13 @@ def run_codex(
     web_search: str | None = "disabled",
     idle_timeout_ms: int = 20000,
     websockets: bool = False,
+    config: tuple[str, ...] = (),
 ) -> Run:
     """``codex exec --json`` as a user runs it, in an empty working directory, with a fresh CODEX_HOME.
 
     ``websockets``: the provider says ``supports_websockets = true`` and points at the gateway itself
-    (the recording proxy relays HTTP only), so Codex talks WebSocket mode."""
+    (the recording proxy relays HTTP only), so Codex talks WebSocket mode. ``config``: more top-level
+    ``config.toml`` lines."""
     home = tmp_path / "codex-home"
     work = tmp_path / "work"
     home.mkdir()
@@ -341,6 +343,7 @@ def run_codex(
         f'model_catalog_json = "{setup.catalog}"',
         "check_for_update_on_startup = false",
         *([f'web_search = "{web_search}"'] if web_search else []),
+        *config,
         "",
         "[analytics]",
         "enabled = false",

@@ -1,11 +1,17 @@
-"""The real Codex CLI in WebSocket mode (``supports_websockets = true`` on its provider) against a real
-``responses-gateway serve`` process.
+"""The real Codex CLI in WebSocket mode (``supports_websockets = true`` on its provider), and Codex
+compacting a long session, against a real ``responses-gateway serve`` process.
 
 Codex then opens one WebSocket to ``/v1/responses`` per session: a ``generate: false`` warm-up, then
 each model turn as ``response.create`` with ``previous_response_id`` and only the new items, always
 with ``store: false``, so every continuation is served from the connection's own memory. The scripted
 model answers the last turn only when the first turn's prompt is still in its context, so a lost
 continuation shows up as a different answer. The gateway's log says the turns went over WebSocket.
+
+Compaction: with ``model_auto_compact_token_limit`` below what the model reports using, Codex 0.169
+compacts a custom provider's session itself (its summarising turn with ``compact_prompt``, through
+``POST /v1/responses`` like any turn: it sends no ``/responses/compact``, ``context_management`` or
+``compaction_trigger`` to a provider that is not OpenAI's), then goes on from the summary alone; over
+HTTP and over a WebSocket the session finishes from the notes.
 """
 
 from __future__ import annotations
@@ -20,6 +26,28 @@ from serve_process import serving
 from test_real_codex import KEY, RecordingProxy, Setup, codex_binary, run_codex, write_catalog
 
 PROMPT = "Write hi to out.txt over the websocket"
+COMPACT_PROMPT = "SUMMARIZE-THE-SESSION-NOW"
+COMPACTING = {
+    "model": "codex-compacting",
+    "turns": [
+        {
+            "when": {"text_contains": COMPACT_PROMPT},
+            "steps": [{"message": ["NOTES: ran echo into out.txt."]}],
+        },
+        # Only the summary can lead here: the history before it is gone from Codex's next request.
+        {"when": {"text_contains": "NOTES: ran echo"}, "steps": [{"message": ["Done ", "from the notes."]}]},
+        {"when": {"input_has": "function_call_output"}, "steps": [{"message": "Done without compacting."}]},
+        {
+            "steps": [
+                {"function_call": {"name": "exec_command", "arguments": ['{"cmd": "echo hi > out.txt"}']}},
+                # More than the limit below: Codex compacts before its next request.
+                {"usage": {"input_tokens": 9000, "output_tokens": 5}},
+            ]
+        },
+    ],
+}
+COMPACT_CONFIG = ("model_auto_compact_token_limit = 2000", f'compact_prompt = "{COMPACT_PROMPT}"')
+
 SCRIPT = {
     "model": "codex-ws",
     "turns": [
@@ -51,9 +79,11 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp = tmp_path_factory.mktemp("real-codex-ws")
     script = tmp / "codex-ws.json"
     script.write_text(json.dumps(SCRIPT))
-    catalog = write_catalog(tmp / "catalog.json", ["codex-ws"])
+    compacting = tmp / "codex-compacting.json"
+    compacting.write_text(json.dumps(COMPACTING))
+    catalog = write_catalog(tmp / "catalog.json", ["codex-ws", "codex-compacting"])
     args = ("--no-local", "--api-key", KEY, "--keepalive-interval", "0.3", "--log-level", "info")
-    with serving(tmp, *args, "--script", str(script)) as served:
+    with serving(tmp, *args, "--script", str(script), "--script", str(compacting)) as served:
         proxy = RecordingProxy(f"http://127.0.0.1:{served.port}")
         try:
             yield Setup(codex, proxy, served.port, served.log, catalog)
@@ -83,3 +113,26 @@ def test_a_wrong_key_is_refused_at_the_handshake(setup: Setup, tmp_path: Path) -
     assert "401" in failed[-1]["error"]["message"] or "invalid_api_key" in failed[-1]["error"]["message"]
     # Refused before the upgrade, in OpenAI's shape, with no handshake error in uvicorn's log.
     assert "ASGI callable returned without completing handshake" not in setup.gateway_log.read_text()
+
+
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_codex_compacts_a_long_session_and_goes_on(setup: Setup, tmp_path: Path, websockets: bool) -> None:
+    run = run_codex(
+        setup,
+        tmp_path,
+        "codex-compacting",
+        "Write hi to out.txt",
+        websockets=websockets,
+        config=COMPACT_CONFIG,
+    )
+    assert run.code == 0, run.explain()
+    assert (run.workdir / "out.txt").read_text() == "hi\n"
+    assert [m["text"] for m in run.items("agent_message")] == ["Done from the notes."], run.explain()
+    assert run.items("error") == [], run.explain()
+    if not websockets:
+        bodies = [e.body for e in setup.proxy.responses("codex-compacting")]
+        summary_turn, last = bodies[-2], bodies[-1]
+        assert COMPACT_PROMPT in json.dumps(summary_turn["input"])
+        # After compacting, Codex sends the summary, not the tool call and its output.
+        kinds = {item.get("type") for item in last["input"]}
+        assert "function_call" not in kinds and "NOTES: ran echo" in json.dumps(last["input"])
