@@ -443,3 +443,62 @@ def test_gemini_thought_signature_and_function_call(
     assert (response["id"], response["name"]) == (call_id, "exec_command")
     assert response["response"] == {"output": _codex_output(setup, "codex-gemini", call_id)}
     assert "hi-from-gemini" in response["response"]["output"]
+
+
+# ------------------------------------------------------------------------------ a long session compacted
+def _chat_text_turn(text: str, prompt_tokens: int) -> bytes:
+    chunks = [
+        _chat_chunk({"role": "assistant", "content": ""}),
+        _chat_chunk({"content": text}),
+        _chat_chunk({}, "stop"),
+        _chat_chunk(None, usage={"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": 0}),
+    ]
+    return encode_chunks(chunks, "openai-chat")
+
+
+def test_codex_compacts_a_long_session_through_a_chat_completions_upstream(
+    setup: Setup, upstream: UpstreamMock, tmp_path: Path
+) -> None:
+    """Past ``model_auto_compact_token_limit`` Codex summarises the session itself (through the gateway
+    like any turn) and goes on from the summary: the upstream's next request carries the notes, not the
+    tool call and its output."""
+    arguments = json.dumps({"cmd": "echo compacted | tee out.txt"})
+    call_turn = [
+        _chat_chunk({"role": "assistant", "content": None}),
+        _chat_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_0_compact",
+                        "type": "function",
+                        "function": {"name": "exec_command", "arguments": arguments},
+                    }
+                ]
+            }
+        ),
+        _chat_chunk({}, "tool_calls"),
+        # More than the limit Codex is given below: it compacts before its next request.
+        _chat_chunk(None, usage={"prompt_tokens": 9000, "completion_tokens": 10, "total_tokens": 9010}),
+    ]
+    upstream.reset(
+        [
+            stream_reply(encode_chunks(call_turn, "openai-chat")),
+            stream_reply(_chat_text_turn("NOTES: wrote out.txt with tee.", 300)),
+            stream_reply(_chat_text_turn("The file is written.", 200)),
+        ]
+    )
+    run = run_codex(
+        setup,
+        tmp_path,
+        "codex-deepseek",
+        "Write compacted to out.txt",
+        config=("model_auto_compact_token_limit = 2000", 'compact_prompt = "SUMMARIZE-THE-SESSION-NOW"'),
+    )
+    _ran(run, "compacted")
+    first, summary, after = _sent(upstream)
+    assert "SUMMARIZE-THE-SESSION-NOW" not in json.dumps(first["messages"])
+    assert "SUMMARIZE-THE-SESSION-NOW" in json.dumps(summary["messages"])
+    assert "call_0_compact" in json.dumps(summary["messages"])  # the summary turn saw the whole session
+    sent = json.dumps(after["messages"])
+    assert "NOTES: wrote out.txt with tee." in sent and "call_0_compact" not in sent
