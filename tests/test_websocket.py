@@ -27,6 +27,8 @@ from websockets.sync.client import ClientConnection, connect
 from conftest import Gateway, check_stream, start_gateway
 from responses_gateway.providers.scripted import ScriptedProvider
 
+spec = pytest.importorskip("openresponses_types")
+
 JSON = dict[str, Any]
 KEY = "rg-ws-test-key-0123456789"
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
@@ -96,11 +98,21 @@ def turn(ws: ClientConnection) -> list[JSON]:
 
 
 def response_of(events: list[JSON]) -> JSON:
-    """The final Response of a stream that passes the checker and validates for the SDK."""
+    """The final Response of a stream that passes the checker and validates for the SDK and against
+    the Open Responses schema (what its compliance suite checks of every WebSocket turn)."""
     check_stream(events)
     final = events[-1]["response"]
     Response.model_validate(final)
+    spec.ResponseResource.model_validate(final)
     return final
+
+
+def error_of(ws: ClientConnection) -> JSON:
+    """The one ``error`` message answering a request that could not run (valid for the schema)."""
+    [error] = turn(ws)
+    assert error["type"] == "error", error
+    spec.WebSocketErrorEvent.model_validate(error)
+    return error
 
 
 def text_of(response: JSON) -> str:
@@ -138,7 +150,7 @@ def test_previous_response_not_found_on_another_connection(gw: Gateway) -> None:
         rid = response_of(turn(ws))["id"]
     with connect(ws_url(gw)) as ws:
         create(ws, model="ws", store=False, previous_response_id=rid, input="Continue.")
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["type"] == "error" and error["status"] == 400
         assert error["error"]["code"] == "previous_response_not_found"
         assert error["error"]["param"] == "previous_response_id"
@@ -147,16 +159,34 @@ def test_previous_response_not_found_on_another_connection(gw: Gateway) -> None:
         assert response_of(turn(ws))["status"] == "completed"
 
 
+def test_stored_responses_continue_on_any_connection(tmp_path: Any) -> None:
+    gw = start_gateway(
+        [ScriptedProvider(SCRIPT, name="ws")], store_url=f"sqlite:///{tmp_path}/gateway.db", request_log=False
+    )
+    try:
+        with connect(ws_url(gw)) as ws:
+            create(ws, model="ws", input="Remember the code word: teal.")  # store defaults to true
+            first = response_of(turn(ws))
+            assert first["store"] is True
+        with connect(ws_url(gw)) as ws:  # a new connection: continued from the store
+            create(ws, model="ws", previous_response_id=first["id"], input="Which word?")
+            assert text_of(response_of(turn(ws))) == "The code word is in my context."
+        stored = httpx.get(gw.url(f"/v1/responses/{first['id']}"), timeout=10).json()
+        assert stored["status"] == "completed" and stored["output"] == first["output"]
+    finally:
+        gw.stop()
+
+
 def test_failed_continuation_evicts_the_previous_response(gw: Gateway) -> None:
     with connect(ws_url(gw)) as ws:
         create(ws, model="ws", store=False, input="Remember the code word: ember.")
         rid = response_of(turn(ws))["id"]
         orphan = {"type": "function_call_output", "call_id": "call_missing", "output": "no such call"}
         create(ws, model="ws", store=False, previous_response_id=rid, input=[orphan])
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["status"] == 400 and "call_missing" in error["error"]["message"]
         create(ws, model="ws", store=False, previous_response_id=rid, input="Try again.")
-        [again] = turn(ws)
+        again = error_of(ws)
         assert again["error"]["code"] == "previous_response_not_found"
 
 
@@ -186,22 +216,22 @@ def test_generate_false_prepares_a_response_to_continue(gw: Gateway) -> None:
 def test_bad_messages_get_error_events_and_the_connection_stays(gw: Gateway) -> None:
     with connect(ws_url(gw)) as ws:
         ws.send("{not json")
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["status"] == 400 and error["error"]["code"] == "invalid_json"
         ws.send(json.dumps({"type": "session.update"}))
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["error"]["param"] == "type"
         create(ws, model="nope", input="hi")
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["status"] == 404 and error["error"]["code"] == "model_not_found"
         create(ws, model="ws", input="hi", temperature=7)
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["status"] == 400 and error["error"]["param"] == "temperature"
         create(ws, model="ws", input="hi", background=True)
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["error"]["param"] == "background"
         create(ws, model="ws", input="x" * (70 * 1024))
-        [error] = turn(ws)
+        error = error_of(ws)
         assert error["status"] == 413 and error["error"]["code"] == "request_too_large"
         # `stream` is implied and accepted; the connection still answers.
         create(ws, model="ws", stream=True, store=False, input="Still there?")
@@ -278,7 +308,7 @@ def test_connection_lifetime_limit() -> None:
         with connect(ws_url(gw)) as ws:
             create(ws, model="m", input="hi")
             assert response_of(turn(ws))["status"] == "completed"
-            [error] = turn(ws)
+            error = error_of(ws)
             assert error["error"]["code"] == "websocket_connection_limit_reached"
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=5)

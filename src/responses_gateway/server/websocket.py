@@ -66,8 +66,9 @@ _CALLS = {"function_call_output": "function_call", "custom_tool_call_output": "c
 def error_message(exc: HTTPError) -> JSON:
     """The ``error`` message of a request that could not run: its HTTP status and OpenAI's error
     object (the shape Codex and the Open Responses schema read), plus the top-level copies every
-    ``error`` event has. It belongs to no response, so its sequence number is 0."""
-    event = error_event(exc.code, REDACTOR.scrub(exc.message), exc.param, exc.type)
+    ``error`` event has. It belongs to no response, so its sequence number is 0. The schema wants a
+    string ``code``: an error without one carries its type there."""
+    event = error_event(exc.code or exc.type, REDACTOR.scrub(exc.message), exc.param, exc.type)
     event["status"] = exc.status
     if exc.headers:
         event["headers"] = {name.decode("latin-1"): value.decode("latin-1") for name, value in exc.headers}
@@ -226,7 +227,8 @@ class _Connection:
             body = self._decode(message)
             kind = body.pop("type", None)
             if kind == "response.processed":
-                return  # Codex's acknowledgement of a response it has handled: nothing to do
+                line.enabled = False  # Codex's acknowledgement of a response it has handled: no answer
+                return
             if kind != "response.create":
                 raise HTTPError(
                     400,
