@@ -223,3 +223,35 @@ def test_compaction_through_a_chat_completions_upstream() -> None:
             assert LONG not in sent and SUMMARY in sent and "Now rename the module." in sent
         finally:
             gw.stop()
+
+
+def test_a_compaction_trigger_answers_with_the_compaction_item_alone(
+    gw: Gateway, scripted: ScriptedProvider
+) -> None:
+    """``{"type": "compaction_trigger"}`` as the final input item (OpenAI's, and Codex's "remote
+    compaction v2"): the Response holds exactly one compaction item; sent back as the base of the next
+    request, it is the context."""
+    client = _client(gw)
+    compacted = client.responses.create(
+        model="m",
+        store=False,
+        input=[*HISTORY, {"type": "compaction_trigger"}],  # type: ignore[list-item]
+    )
+    assert compacted.status == "completed"
+    [item] = compacted.output
+    assert isinstance(item, ResponseCompactionItem)
+    assert "Summarize the conversation so far" in _texts(scripted.requests[-1].input)
+    after = client.responses.create(
+        model="m",
+        store=False,
+        input=[item.to_dict(), {"role": "user", "content": "Go on."}],  # type: ignore[list-item]
+    )
+    assert after.output_text == "Renamed, from the notes."
+    assert LONG not in _texts(scripted.requests[-1].input)
+
+    misplaced = httpx.post(
+        gw.url("/v1/responses"),
+        json={"model": "m", "input": [{"type": "compaction_trigger"}, {"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
+    assert misplaced.status_code == 400 and misplaced.json()["error"]["param"] == "input[0]"

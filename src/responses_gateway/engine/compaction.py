@@ -166,11 +166,16 @@ def _summary_message(summary: str) -> JSON:
 
 
 class ContextCompaction(Provider):
-    """``inner``, compacting the context first when it is estimated past ``threshold`` tokens."""
+    """``inner``, compacting the context first when it is estimated past ``threshold`` tokens; with
+    ``answer=False`` (a ``compaction_trigger`` item), compacting always and answering with the
+    compaction item alone."""
 
-    def __init__(self, inner: Provider, threshold: int, sealer: Sealer, owner: str) -> None:
+    def __init__(
+        self, inner: Provider, threshold: int, sealer: Sealer, owner: str, *, answer: bool = True
+    ) -> None:
         self.inner = inner
         self.threshold = threshold
+        self.answer = answer
         self.sealer = sealer
         self.owner = owner
         self.name = inner.name
@@ -190,13 +195,17 @@ class ContextCompaction(Provider):
         return await self.inner.count_input_tokens(request)
 
     async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
-        if estimate_tokens(request) > self.threshold:
+        if not self.answer or estimate_tokens(request) > self.threshold:
             summary, _ = await _summarize(self.inner, request)
             kept = [_as_output(item) for item in request.input if _is_user_message(item)]
             awaited = _awaited(request.input)
             payload = {"v": 1, "summary": summary, "kept": kept, "awaited": awaited, "window": True}
             sealed = self.sealer.seal(payload, context=_CONTEXT + self.owner)
             builder.add_item({"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed})
+            if not self.answer:
+                builder.complete()
+                yield
+                return
             yield
             request = dataclasses.replace(request, input=[*kept, _summary_message(summary), *awaited])
         async for _ in self.inner.stream(request, builder):

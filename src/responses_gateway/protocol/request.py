@@ -436,7 +436,29 @@ def _input(value: Any) -> list[JSON]:
     if isinstance(value, str):
         return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
     items = check_list(value, "input")
-    return [check_input_item(item, f"input[{i}]") for i, item in enumerate(items)]
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type") == "compaction_trigger":
+            out.append(_compaction_trigger(item, f"input[{i}]", last=i == len(items) - 1))
+        else:
+            out.append(check_input_item(item, f"input[{i}]"))
+    return out
+
+
+def _compaction_trigger(item: JSON, param: str, *, last: bool) -> JSON:
+    """``{"type": "compaction_trigger"}``: compact the context now (the server answers with a compaction
+    item and nothing else). It must be the final input item."""
+    if not last:
+        raise RequestError(
+            f"Invalid '{param}': a 'compaction_trigger' item must be the final input item.",
+            param=param,
+            code="invalid_value",
+        )
+    for key in item:
+        if key not in ("type", "id"):
+            raise _unknown(f"{param}.{key}")
+    _opt_str(item.get("id"), f"{param}.id")
+    return {"type": "compaction_trigger"}
 
 
 # ---------------------------------------------------------------------------------------- tools

@@ -395,6 +395,15 @@ class ResponsesAPI:
         self._check_state(request, store, conversation_id, chained=local_context is not None)
         self._unseal_input(request, owner)
         provider = await app.provider_for(request.model)
+        # A final ``compaction_trigger`` item: the answer is the compaction (a back end that compacts
+        # itself is given the item).
+        compact_now = (
+            bool(request.input)
+            and request.input[-1]["type"] == "compaction_trigger"
+            and not provider.compacts
+        )
+        if compact_now:
+            request.input = request.input[:-1]
         turn = request.input
         previous = request.previous_response_id if local_context is None else None
         if store is not None and (
@@ -463,7 +472,9 @@ class ResponsesAPI:
             except ProviderError as exc:
                 if not flattening.drop_refused(request, exc):
                     raise HTTPError.from_provider_error(flattening.client_error(exc)) from None
-        if request.compact_threshold is not None and not provider.compacts:
+        if compact_now:
+            provider = ContextCompaction(provider, 0, app.sealer, owner, answer=False)
+        elif request.compact_threshold is not None and not provider.compacts:
             # Server-side compaction (context_management); a back end that compacts does it itself.
             provider = ContextCompaction(provider, request.compact_threshold, app.sealer, owner)
         return Prepared(request, provider, owner, turn, client_tools, flattening, history)
