@@ -255,3 +255,19 @@ def test_a_compaction_trigger_answers_with_the_compaction_item_alone(
         timeout=30,
     )
     assert misplaced.status_code == 400 and misplaced.json()["error"]["param"] == "input[0]"
+
+
+def test_a_compact_window_starts_a_new_websocket_chain(gw: Gateway, scripted: ScriptedProvider) -> None:
+    """The Open Responses suite's websocket-compact-new-chain: ``POST /responses/compact``'s output,
+    plus a new message, as the input of a WebSocket response without ``previous_response_id``."""
+    window = [item.to_dict() for item in _client(gw).responses.compact(model="m", input=HISTORY).output]  # type: ignore[arg-type]
+    with connect(f"ws://127.0.0.1:{gw.port}/v1/responses") as ws:
+        body = {"type": "response.create", "model": "m", "store": False, "tools": []}
+        ws.send(json.dumps({**body, "input": [*window, {"role": "user", "content": "Continue from here."}]}))
+        events: list[JSON] = []
+        while not events or events[-1]["type"] not in ("response.completed", "response.failed", "error"):
+            events.append(json.loads(ws.recv(timeout=15)))
+    check_stream(events)
+    response = Response.model_validate(events[-1]["response"])
+    assert response.status == "completed" and response.output_text == "Renamed, from the notes."
+    assert LONG not in _texts(scripted.requests[-1].input)
