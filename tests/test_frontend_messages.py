@@ -667,7 +667,7 @@ def test_request_translation_keeps_order() -> None:
 
 def test_silence_is_filled_with_pings() -> None:
     gw = start_gateway(
-        [ScriptedProvider([{"message": "early "}, {"sleep": 0.4}, {"message": "late"}], name="m")],
+        [ScriptedProvider([{"message": "early "}, {"sleep": 0.8}, {"message": "late"}], name="m")],
         keepalive_interval=0.1,
     )
     try:
