@@ -71,6 +71,7 @@ def start_gateway(
     *,
     preload: bool = False,
     http: dict[str, Any] | None = None,
+    tracer_provider: Any = None,
     **config: Any,
 ) -> Gateway:
     """Start a gateway serving ``models`` (a registry, or providers registered under their names), with
@@ -81,7 +82,7 @@ def start_gateway(
         registry = ModelRegistry()
         for provider in models:
             registry.add(provider)
-    app = GatewayApp(registry, ServerConfig(**config), preload=preload)
+    app = GatewayApp(registry, ServerConfig(**config), preload=preload, tracer_provider=tracer_provider)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(

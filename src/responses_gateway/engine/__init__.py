@@ -4,7 +4,7 @@
 ``turns.py`` drives a back end turn by turn; ``tools/`` are the tools themselves.
 """
 
-from .hosted import HostedTool, HostedUse, Plan, RunContext, plan_hosted
+from .hosted import HostedTool, HostedUse, Phase, Plan, RunContext, plan_hosted
 from .turns import Engine
 
-__all__ = ["Engine", "HostedTool", "HostedUse", "Plan", "RunContext", "plan_hosted"]
+__all__ = ["Engine", "HostedTool", "HostedUse", "Phase", "Plan", "RunContext", "plan_hosted"]

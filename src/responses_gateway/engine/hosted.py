@@ -22,7 +22,7 @@ from typing import Any
 from ..protocol.builder import HostedCall, HostedSpec, Item, StreamBuilder
 from ..protocol.request import RequestError, ResponseRequest
 
-__all__ = ["HostedTool", "HostedUse", "Plan", "RunContext", "plan_hosted"]
+__all__ = ["HostedTool", "HostedUse", "Phase", "Plan", "RunContext", "plan_hosted"]
 
 JSON = dict[str, Any]
 
@@ -33,6 +33,13 @@ class RunContext:
 
     owner: str | None
     include: frozenset[str]
+    # Set by the server for its metrics and traces: the engine appends one ``Phase`` per model turn
+    # (``"turn"``, the back end's name) and per hosted call run (``"tool"``, the tool type).
+    timeline: list[Phase] | None = None
+
+
+# (kind: "turn" or "tool", name, started, ended (time.monotonic()), status: the turn's or the call's)
+Phase = tuple[str, str, float, float, str]
 
 
 class HostedUse(ABC):

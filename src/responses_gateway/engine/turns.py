@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -74,6 +75,8 @@ class Engine(Provider):
                 builder.response.pop("usage", None)  # each turn reports its own
                 first = len(builder.items)
                 inner = self.inner.stream(request, builder)
+                timeline = self.ctx.timeline
+                turn_started = time.monotonic()
                 try:
                     async for _ in inner:
                         yield
@@ -81,6 +84,10 @@ class Engine(Provider):
                     close = getattr(inner, "aclose", None)
                     if close is not None:
                         await close()
+                    if timeline is not None:
+                        ended = builder.turn_status[0] if builder.turn_status else "unfinished"
+                        turn_name = builder.served_by or self.inner.name
+                        timeline.append(("turn", turn_name, turn_started, time.monotonic(), ended))
                 if builder.finished:
                     return  # the back end failed the Response
                 if builder.turn_status is None:
@@ -105,9 +112,15 @@ class Engine(Provider):
                     if calls_left is not None:
                         calls_left -= 1
                     ran += 1
-                    async with contextlib.aclosing(use.run(call, item, builder, self.ctx)) as steps:
-                        async for _ in steps:
-                            yield
+                    tool_started = time.monotonic()
+                    try:
+                        async with contextlib.aclosing(use.run(call, item, builder, self.ctx)) as steps:
+                            async for _ in steps:
+                                yield
+                    finally:
+                        if timeline is not None:
+                            outcome = str(item.data.get("status") or "unknown")
+                            timeline.append(("tool", use.tool.type, tool_started, time.monotonic(), outcome))
                 client_calls = any(it.kind in _CLIENT_CALLS for it in made)
                 if status == "incomplete" or not ran or client_calls or turns >= MAX_TURNS:
                     break

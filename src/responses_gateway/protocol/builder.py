@@ -160,6 +160,9 @@ class StreamBuilder:
         # Set by a back end that chooses among several (a fallback chain): the model that produced this
         # Response. The server sends it in the x-gateway-model header; ``model`` stays the one asked for.
         self.served_by: str | None = None
+        # Set by a fallback chain: the attempts that failed before the one that answered, as
+        # ``(model, HTTP status, error code)`` (the server's metrics count them as upstream errors).
+        self.failed_attempts: list[tuple[str, int, str | None]] = []
         # When the first output item opened (time.monotonic()): the server's per-request log line
         # reports it as the time to first token.
         self.first_output_at: float | None = None

@@ -96,6 +96,7 @@ class FallbackProvider(Provider):
                         if exc.status not in RETRYABLE_STATUSES or builder.sequence_number != before:
                             raise
                         last = exc
+                        builder.failed_attempts.append((name, exc.status, exc.code))
                         delay = exc.retry_after if exc.retry_after is not None else self.backoff * 2**attempt
                         log.warning(
                             "model %s failed before streaming (%s %s), attempt %d",

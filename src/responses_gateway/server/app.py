@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -30,11 +31,13 @@ from .files import FilesAPI, FileStorage
 from .gateway import GatewayAPI
 from .messages import PREFIX as MESSAGES
 from .messages import MessagesAPI, send_anthropic_error
+from .metrics import CONTENT_TYPE, Metrics
 from .registry import ModelRegistry
+from .request_log import Observer
 from .responses import ResponsesAPI
 from .router import Router
 from .streaming import GENERIC_FAILURE
-from .types import Receive, Scope, Send
+from .types import Message, Receive, Scope, Send
 from .ui import UI, is_ui_path
 from .websocket import WebSocketAPI
 
@@ -51,10 +54,35 @@ class GatewayApp:
     config has no ``store_url``); :meth:`owner_for` names who owns what a request reads and writes.
     """
 
-    def __init__(self, registry: ModelRegistry, config: ServerConfig | None = None, *, preload: bool = False):
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        config: ServerConfig | None = None,
+        *,
+        preload: bool = False,
+        tracer_provider: Any = None,
+    ):
+        """``tracer_provider``: an OpenTelemetry ``TracerProvider`` to send spans to (tests pass one
+        with an in-memory exporter); without it ``config.traces`` decides (off by default)."""
         self.registry = registry
         self.config = config or ServerConfig()
         self._auth = APIKeyAuth(self.config.api_keys)
+        self.metrics = Metrics() if self.config.metrics else None
+        tracing = None
+        if tracer_provider is not None or self.config.traces != "off":
+            try:
+                from .tracing import Tracing
+            except ImportError:
+                raise ValueError(
+                    "traces need OpenTelemetry: pip install 'responses-gateway[otel]'"
+                ) from None
+            tracing = Tracing.create(self.config.traces, tracer_provider)
+        self.observer = Observer(
+            metrics=self.metrics,
+            log_line=self.config.request_log,
+            log_content=self.config.log_content,
+            tracing=tracing,
+        )
         REDACTOR.add(*self.config.api_keys)
         install_log_scrubbing()
         self._preload = preload
@@ -68,6 +96,8 @@ class GatewayApp:
         self.websockets = WebSocketAPI(self.responses)
         self.router = Router()
         self.router.add("/v1/responses", POST=self.responses.create)
+        if self.metrics is not None:
+            self.router.add("/metrics", GET=self._metrics)
         self.router.add("/v1/models", GET=self._list_models)
         self.router.add("/v1/models/{name:path}", GET=self._get_model)
         self.router.add("/health", GET=self._health)
@@ -76,6 +106,9 @@ class GatewayApp:
         self.chat_completions.register(self.router)
         self.messages = MessagesAPI(self.responses)
         self.messages.register(self.router)
+        # The endpoints that count their own HTTP request once their work ends, with the response's
+        # own facts (request_log.py), so their send (the relay's hot path) is not wrapped.
+        self._self_counted = (self.responses.create, self.chat_completions.create, self.messages.create)
         self.conversations = ConversationsAPI(
             lambda: self.store, self.owner_for, self.read_body, lambda: self.sealer
         )
@@ -167,6 +200,8 @@ class GatewayApp:
                     await store.close()
                 await self.registry.aclose()
                 self.files.storage.close()
+                if self.observer.tracing is not None:
+                    self.observer.tracing.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -190,13 +225,19 @@ class GatewayApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
+        metrics = self.metrics
+        route = "unmatched"  # no path a client makes up becomes a label
+        status = [500]
+        counted = metrics is None
         try:
-            if path != "/health" and not (self.config.ui and is_ui_path(path)):
+            if path != "/health" and not (
+                (self.config.ui and is_ui_path(path)) or (path == "/metrics" and self.config.metrics_public)
+            ):
                 self._auth.check(scope["headers"], x_api_key=_anthropic(path))
             found = self.router.match(path)
             if found is None:
                 raise HTTPError(404, f"Invalid URL ({method} {path})", code="not_found")
-            methods, params = found
+            methods, params, route = found
             handler = methods.get(method)
             if handler is None:
                 allow = ", ".join(methods).encode()
@@ -206,16 +247,28 @@ class GatewayApp:
                     code="method_not_allowed",
                     headers=[(b"allow", allow)],
                 )
-            await handler(scope, receive, send, **params)
+            if counted or handler in self._self_counted:
+                # POST /v1/responses is counted once its work ends, with the response's own facts,
+                # and its send (the relay's hot path) is not wrapped.
+                counted = True
+                await handler(scope, receive, send, **params)
+            else:
+                await handler(scope, receive, _status_recorder(send, status), **params)
         except HTTPError as exc:
+            status[0] = exc.status
             await (send_anthropic_error if _anthropic(path) else send_error)(send, exc)
         except Exception:
             # A bug, not a client error: log it, answer in the route's shape, reveal nothing.
             log.exception("unhandled error on %s %s", method, path)
+            status[0] = 500
             with contextlib.suppress(Exception):
                 await (send_anthropic_error if _anthropic(path) else send_error)(
                     send, HTTPError(500, GENERIC_FAILURE, type="server_error", code="server_error")
                 )
+        finally:
+            if not counted:
+                assert metrics is not None
+                metrics.http_requests.labels(route, method, str(status[0])).inc()
 
     async def read_body(self, scope: Scope, receive: Receive) -> bytes:
         """The request's body, at most ``max_body_bytes`` (413 past it); what every endpoint reads."""
@@ -247,6 +300,13 @@ class GatewayApp:
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, orjson.dumps({"status": "ok", "models": self.registry.names()}))
 
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.metrics is not None
+        body = self.metrics.exposition()
+        headers = [(b"content-type", CONTENT_TYPE.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
     async def _list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, orjson.dumps({"object": "list", "data": self.registry.models()}))
 
@@ -276,6 +336,17 @@ class GatewayApp:
 def _anthropic(path: str) -> bool:
     """The Anthropic Messages routes: ``x-api-key`` accepted, errors in Anthropic's shape."""
     return path == MESSAGES or path.startswith(MESSAGES + "/")
+
+
+def _status_recorder(send: Send, status: list[int]) -> Send:
+    """``send``, noting the response's status in ``status[0]`` (for the HTTP request counter)."""
+
+    async def recording(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            status[0] = message["status"]
+        await send(message)
+
+    return recording
 
 
 def _too_large(limit: int) -> HTTPError:

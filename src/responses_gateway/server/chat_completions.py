@@ -60,7 +60,7 @@ class ChatCompletionsAPI:
 
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
-        line = RequestLog(enabled=app.config.request_log)
+        line = RequestLog(app.observer, route="/v1/chat/completions")
         try:
             body = parse_json_body(await app.read_body(scope, receive))
             try:

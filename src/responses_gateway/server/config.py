@@ -11,6 +11,8 @@ KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
 # Raw reasoning text events: OpenAI's ``response.reasoning_text.delta`` (what Codex and the openai SDK
 # read) or the Open Responses spec's ``response.reasoning.delta``.
 RawReasoningEvents = Literal["reasoning_text", "reasoning"]
+LogFormat = Literal["text", "json"]
+TracesMode = Literal["off", "console", "otlp"]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
@@ -57,6 +59,16 @@ class ServerConfig:
     # the largest ``response.create`` message it may send (None: ``max_body_bytes``).
     ws_max_lifetime: float = 3600.0
     ws_max_message_bytes: int | None = None
+    # The request line as one JSON object (``text``: today's key=value line) and, with log_content,
+    # the request's input and the Response's output in it (off by default: content is the user's).
+    log_format: LogFormat = "text"
+    log_content: bool = False
+    # GET /metrics (Prometheus); ``metrics_public`` serves it without an API key.
+    metrics: bool = True
+    metrics_public: bool = False
+    # OpenTelemetry traces (server/tracing.py): off, console (spans printed) or otlp (OTLP/HTTP
+    # exporter, configured by the standard OTEL_EXPORTER_OTLP_* variables).
+    traces: TracesMode = "off"
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
@@ -69,6 +81,10 @@ class ServerConfig:
                     f"drop_unsupported_tools: {kind!r} is not a hosted tool type "
                     f"(one of {', '.join(DROPPABLE_TOOL_TYPES)})"
                 )
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
+        if self.traces not in ("off", "console", "otlp"):
+            raise ValueError(f"traces must be off, console or otlp, not {self.traces!r}")
         if self.keepalive_interval <= 0:
             raise ValueError("keepalive_interval must be positive")
         if self.max_body_bytes <= 0:

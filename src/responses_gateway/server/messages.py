@@ -108,7 +108,7 @@ class MessagesAPI:
 
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
-        line = RequestLog(enabled=app.config.request_log)
+        line = RequestLog(app.observer, route="/v1/messages")
         try:
             owner, request_body, sign = await self._translate(scope, receive, counting=False)
             model = str(request_body["model"])

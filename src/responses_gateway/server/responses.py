@@ -37,6 +37,7 @@ from ..protocol.builder import StreamBuilder
 from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, echo_tool, parse_request
 from ..protocol.response import new_response
 from ..providers.base import Provider, ProviderError
+from ..providers.fallback import FallbackProvider
 from ..redaction import REDACTOR
 from ..sealing import Sealer, SealError
 from ..store import RUNNING, TERMINAL, NotFound, PreviousResponseNotFound, ResponseNotFound, Store
@@ -45,7 +46,7 @@ from .capabilities import check_capabilities
 from .config import ServerConfig
 from .errors import HTTPError, send_json
 from .namespaces import Flattening, adapt_tools
-from .request_log import RequestLog
+from .request_log import Observer, RequestLog
 from .router import Router
 from .streaming import DetachedSink, JSONSink, Recording, Sink, SSESink, drive, follow_stream
 from .types import Receive, Scope, Send
@@ -56,6 +57,7 @@ class Host(Protocol):
 
     config: ServerConfig
     store: Store | None
+    observer: Observer
 
     @property
     def hosted_tools(self) -> Mapping[str, HostedTool]: ...
@@ -332,11 +334,11 @@ class ResponsesAPI:
 
     # ------------------------------------------------------------------------------ create
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
-        line = RequestLog(enabled=self.app.config.request_log)
+        line = RequestLog(self.app.observer)
         try:
             await self._create(scope, receive, send, line)
         except HTTPError as exc:
-            line.http_status = exc.status
+            line.http_status, line.error_code = exc.status, exc.code
             raise
         except asyncio.CancelledError:
             line.http_status = 499  # the client went away before an answer started
@@ -375,6 +377,8 @@ class ResponsesAPI:
             raise HTTPError.from_request_error(exc) from None
         if line is not None:
             line.model, line.stream = request.model, request.stream
+            if line.observer.log_content:
+                line.request = body
         store = app.store
         conversation_id = _conversation_id(request)
         local_context: list[JSON] | None = None
@@ -395,6 +399,10 @@ class ResponsesAPI:
         self._check_state(request, store, conversation_id, chained=local_context is not None)
         self._unseal_input(request, owner)
         provider = await app.provider_for(request.model)
+        if line is not None:
+            line.backend = provider.name
+            if isinstance(provider, FallbackProvider):
+                line.primary = provider.chain[0][0]
         # A final ``compaction_trigger`` item: the answer is the compaction (a back end that compacts
         # itself is given the item).
         compact_now = (
@@ -445,7 +453,9 @@ class ResponsesAPI:
         # The Response echoes the tools as the client sent them, whatever the back end is given.
         client_tools = (request.tools, request.tool_choice)
         # Hosted tools the back end cannot run itself are offered as functions and run by the engine.
-        tool_ctx = RunContext(owner=owner, include=frozenset(request.include))
+        tool_ctx = RunContext(
+            owner=owner, include=frozenset(request.include), timeline=None if line is None else line.timeline
+        )
         try:
             plan = await plan_hosted(
                 request,
@@ -477,6 +487,8 @@ class ResponsesAPI:
         elif request.compact_threshold is not None and not provider.compacts:
             # Server-side compaction (context_management); a back end that compacts does it itself.
             provider = ContextCompaction(provider, request.compact_threshold, app.sealer, owner)
+        if line is not None:
+            line.prepared = True
         return Prepared(request, provider, owner, turn, client_tools, flattening, history)
 
     async def compact(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -526,6 +538,7 @@ class ResponsesAPI:
         builder.tool_namespaces = flattening.names
         builder.redact = REDACTOR.scrub
         line.builder = builder
+        line.activate("background" if request.background and store is not None else line.mode)
         if store is None or not request.store:
             builder.start()
             await drive(provider, request, builder, client.sink(request, seal))
@@ -535,13 +548,17 @@ class ResponsesAPI:
         rid = builder.response["id"]
         snapshot = builder.snapshot()
         try:
-            await store.responses.create_response(owner, snapshot, request=request.raw, input_items=turn)
+            created = store.responses.create_response(owner, snapshot, request=request.raw, input_items=turn)
+            metrics = app.observer.metrics
+            await (created if metrics is None else metrics.timed("create_response", created))
         except NotFound as exc:  # the conversation was deleted meanwhile
             raise not_found(exc) from None
         recorder = store.recorder(rid)
         recording = Recording(
             add=recorder.add_nowait,
-            commit=recorder.drain,
+            commit=recorder.drain if app.observer.metrics is None else app.observer.metrics.timer(
+                "commit_events", recorder.drain
+            ),
             stop=store.cancel_event(rid),
             cause=partial(self._cause, store, owner, rid),
         )
@@ -662,7 +679,9 @@ class ResponsesAPI:
         include = query.include()
         stream = query.flag("stream")
         try:
-            response = await store.responses.get_response(owner, rid, include=include)
+            read = store.responses.get_response(owner, rid, include=include)
+            metrics = self.app.observer.metrics
+            response = await (read if metrics is None else metrics.timed("get_response", read))
         except NotFound as exc:
             raise not_found(exc) from None
         sealer = self.app.sealer if ENCRYPTED in include else None

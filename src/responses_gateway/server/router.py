@@ -19,7 +19,8 @@ __all__ = ["Handler", "Match", "Router"]
 
 Handler = Callable[..., Awaitable[None]]  # (scope, receive, send, **params)
 Methods = dict[str, Handler]
-Match = tuple[Methods, dict[str, str]]
+# (handlers by method, path parameters, the route's pattern: ``/v1/responses/{rid}``, a metrics label).
+Match = tuple[Methods, dict[str, str], str]
 
 
 class Router:
@@ -27,7 +28,7 @@ class Router:
 
     def __init__(self) -> None:
         self._exact: dict[str, Methods] = {}
-        self._patterns: list[tuple[list[str | None], list[str], bool, Methods]] = []
+        self._patterns: list[tuple[list[str | None], list[str], bool, Methods, str]] = []
 
     def add(self, pattern: str, **methods: Handler) -> None:
         """Route ``pattern`` (``/v1/things/{thing_id}``) to ``methods`` (``GET=…, DELETE=…``)."""
@@ -44,15 +45,15 @@ class Router:
             self._exact[pattern] = dict(methods)
             return
         literals: list[str | None] = [None if s.startswith("{") else s for s in segments]
-        self._patterns.append((literals, names, rest, dict(methods)))
+        self._patterns.append((literals, names, rest, dict(methods), pattern))
 
     def match(self, path: str) -> Match | None:
-        """The handlers for ``path`` and its parameters, or None (a 404)."""
+        """The handlers for ``path``, its parameters and the route's pattern, or None (a 404)."""
         exact = self._exact.get(path)
         if exact is not None:
-            return exact, {}
+            return exact, {}, path
         parts = path.split("/")[1:]
-        for literals, names, rest, methods in self._patterns:
+        for literals, names, rest, methods, pattern in self._patterns:
             n = len(literals)
             if len(parts) < n or (len(parts) > n and not rest):
                 continue
@@ -66,5 +67,5 @@ class Router:
                 elif literal != segment:
                     break
             else:
-                return methods, dict(zip(names, values, strict=True))
+                return methods, dict(zip(names, values, strict=True)), pattern
         return None

@@ -27,6 +27,7 @@ from .http_protocol import (
     GatewayHttpProtocol,
 )
 from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_from_config
+from .request_log import JSONFormatter
 from .streaming import stop_all_runs
 from .websocket import UVICORN_WS
 
@@ -172,6 +173,37 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="no per-response log line (model, status, tokens, time to first token, duration; on by default)",
     )
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default) or json: every log line one JSON object; the per-response line carries "
+        "ids, model, back end, status, timings and token counts (docs/observability.md)",
+    )
+    parser.add_argument(
+        "--log-content",
+        action="store_true",
+        help="add the request's input and instructions and the Response's output to the per-response "
+        "line (off by default: logs never carry content)",
+    )
+    parser.add_argument(
+        "--no-metrics",
+        dest="metrics",
+        action="store_false",
+        help="do not serve GET /metrics (Prometheus; served by default, behind the API keys)",
+    )
+    parser.add_argument(
+        "--metrics-public",
+        action="store_true",
+        help="serve GET /metrics without an API key (for a scraper on a trusted network)",
+    )
+    parser.add_argument(
+        "--traces",
+        choices=("off", "console", "otlp"),
+        default="off",
+        help="OpenTelemetry traces (GenAI semantic conventions): console prints the spans, otlp sends "
+        "them over OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables); needs the [otel] extra (default off)",
+    )
+    parser.add_argument(
         "--raw-reasoning-events",
         choices=("reasoning_text", "reasoning"),
         default="reasoning_text",
@@ -294,6 +326,11 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         ui=args.ui,
         ws_max_lifetime=args.ws_max_lifetime,
         ws_max_message_bytes=args.ws_max_message_bytes,
+        log_format=args.log_format,
+        log_content=args.log_content,
+        metrics=args.metrics,
+        metrics_public=args.metrics_public,
+        traces=args.traces,
     )
     return GatewayApp(build_registry(args), config, preload=args.preload)
 
@@ -311,6 +348,9 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JSONFormatter())
     try:
         listener = bind(args.host, args.port)
     except OSError as exc:

@@ -121,6 +121,7 @@ class _Connection:
     def __init__(self, responses: ResponsesAPI, owner: str, receive: Receive, send: Send) -> None:
         self.responses = responses
         self.config = responses.app.config
+        self.observer = responses.app.observer
         self.owner = owner
         self._receive = receive
         self._send = send
@@ -221,13 +222,13 @@ class _Connection:
     # ------------------------------------------------------------------------------ one message
     async def _handle(self, message: JSON) -> None:
         self.answered += 1
-        line = RequestLog(enabled=self.config.request_log)
+        line = RequestLog(self.observer, route="/v1/responses", method="WEBSOCKET")
         previous: str | None = None
         try:
             body = self._decode(message)
             kind = body.pop("type", None)
             if kind == "response.processed":
-                line.enabled = False  # Codex's acknowledgement of a response it has handled: no answer
+                line.written = True  # Codex's acknowledgement of a response it has handled: no answer
                 return
             if kind != "response.create":
                 raise HTTPError(

@@ -1,0 +1,316 @@
+"""Metrics, JSON logs and traces, as an operator sees them: ``/metrics`` scraped during a load made
+with the openai SDK, the ``serve --log-format json`` lines of a real ``serve`` process, and the
+OpenTelemetry spans of a gateway given an in-memory exporter.
+
+The counters must equal the requests made (by route, model, back end and status), the histograms
+must have one observation per response, the active-streams gauge must be up while streams are open
+and back to zero after, and nothing secret or content-bearing may appear unless asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import Gateway, check_stream, start_gateway, stream_events
+from responses_gateway.providers.fallback import FallbackProvider
+from responses_gateway.providers.scripted import ScriptedProvider
+from responses_gateway.sandbox import probe
+from serve_process import serving
+
+KEY = "sk-obs-test-key-123456"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(gw: Gateway, headers: dict[str, str] | None = None) -> Samples:
+    """``GET /metrics`` parsed by prometheus_client's own parser: (sample name, labels) -> value."""
+    reply = httpx.get(gw.url("/metrics"), headers=AUTH if headers is None else headers, timeout=10)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"].startswith("text/plain")
+    out: Samples = {}
+    for family in text_string_to_metric_families(reply.text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels`` (0 if none)."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+def slow_then(text: str) -> list[dict[str, Any]]:
+    return [
+        {"message": [text[:3], text[3:]], "delay": 0.2},
+        {"usage": {"input_tokens": 7, "output_tokens": 5}},
+    ]
+
+
+@pytest.fixture(scope="module")
+def gw() -> Iterator[Gateway]:
+    down = ScriptedProvider(
+        [{"error": {"status": 503, "message": "overloaded", "code": "overloaded"}}], name="flaky"
+    )
+    chain = FallbackProvider(
+        [("flaky", down), ("backup", ScriptedProvider([{"message": ["from backup"]}], name="backup"))],
+        retries=0,
+    )
+    models = [
+        ScriptedProvider(
+            [{"message": ["Hello ", "there"]}, {"usage": {"input_tokens": 3, "output_tokens": 2}}],
+            name="echo",
+        ),
+        ScriptedProvider(slow_then("slowly done"), name="slow"),
+        ScriptedProvider(
+            [{"message": ["x"]}, {"fail": {"code": "server_error", "message": "boom"}}], name="bad"
+        ),
+        chain,
+    ]
+    gateway = start_gateway(models, api_keys=(KEY,))
+    yield gateway
+    gateway.stop()
+
+
+def test_metrics_need_the_api_key_unless_opened(gw: Gateway) -> None:
+    reply = httpx.get(gw.url("/metrics"), timeout=10)
+    assert reply.status_code == 401
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+    opened = start_gateway(
+        [ScriptedProvider([{"message": ["hi"]}], name="m")], api_keys=(KEY,), metrics_public=True
+    )
+    try:
+        assert "responses_gateway_http_requests_total" in httpx.get(opened.url("/metrics"), timeout=10).text
+        # Only /metrics is opened: the API still wants its key.
+        assert httpx.get(opened.url("/v1/models"), timeout=10).status_code == 401
+    finally:
+        opened.stop()
+    closed = start_gateway([ScriptedProvider([{"message": ["hi"]}], name="m")], metrics=False)
+    try:
+        assert httpx.get(closed.url("/metrics"), timeout=10).status_code == 404
+    finally:
+        closed.stop()
+
+
+def test_counters_match_a_load_made_with_the_sdk(gw: Gateway) -> None:
+    before = scrape(gw)
+    client = openai.OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+    streamed, plain = 4, 3
+    for _ in range(streamed):
+        events = [
+            e.model_dump(mode="json", exclude_unset=True)
+            for e in client.responses.create(model="echo", input="hi", stream=True)
+        ]
+        check_stream(events)
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello there"
+    for _ in range(plain):
+        assert client.responses.create(model="echo", input="hi").output_text == "Hello there"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="no-such-model", input="hi")
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="echo", input="hi", temperature=7)
+    failed = stream_events(gw.url("/v1/responses"), {"model": "bad", "input": "hi", "stream": True}, AUTH)
+    check_stream(failed)
+    assert failed[-1]["type"] == "response.failed"
+    fell_back = client.responses.create(model="flaky", input="hi")
+    assert fell_back.output_text == "from backup"
+    client.models.list()
+    assert httpx.get(gw.url("/v1/nope"), headers=AUTH, timeout=10).status_code == 404
+
+    after = scrape(gw)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    echo = {"model": "echo", "backend": "echo"}
+    assert delta("responses_gateway_responses_total", **echo, mode="stream", status="completed") == streamed
+    assert delta("responses_gateway_responses_total", **echo, mode="json", status="completed") == plain
+    # Refused before the model was looked up (400) or for an unknown model (404): counted, but never
+    # under a label value a client chose.
+    assert delta("responses_gateway_responses_total", model="", http_status="400") == 1
+    assert delta("responses_gateway_responses_total", model="", http_status="404") == 1
+    assert delta("responses_gateway_response_errors_total", model="", code="model_not_found") == 1
+    assert not any(("model", "no-such-model") in labels for _, labels in after)
+    assert delta("responses_gateway_responses_total", model="bad", status="failed") == 1
+    assert delta("responses_gateway_response_errors_total", model="bad", code="server_error") == 1
+    assert delta("responses_gateway_http_requests_total", route="/v1/responses", method="POST") == (
+        streamed + plain + 4  # and the 404, the 400, "bad" and "flaky"
+    )
+    assert delta("responses_gateway_http_requests_total", route="/v1/models", method="GET", status="200") == 1
+    assert delta("responses_gateway_http_requests_total", route="unmatched", status="404") == 1
+    # Tokens: the script reports 3 in / 2 out per answered request.
+    answered = streamed + plain
+    assert delta("responses_gateway_tokens_total", **echo, direction="input") == 3 * answered
+    assert delta("responses_gateway_tokens_total", **echo, direction="output") == 2 * answered
+    # One time-to-first-token and one duration observation per answered response.
+    assert delta("responses_gateway_time_to_first_token_seconds_count", **echo) == answered
+    assert delta("responses_gateway_response_duration_seconds_count", **echo) == answered
+    assert delta("responses_gateway_model_turns_total", **echo) == answered
+    # The fallback chain: one upstream error from the first member, one fallback answered by backup.
+    assert (
+        delta("responses_gateway_upstream_errors_total", backend="flaky", status="503", code="overloaded")
+        == 1
+    )
+    assert delta("responses_gateway_fallbacks_total", model="flaky", backend="backup") == 1
+    assert delta("responses_gateway_upstream_errors_total", backend="bad", status="stream") == 1
+    assert value(after, "responses_gateway_active_responses") == 0
+    assert KEY not in httpx.get(gw.url("/metrics"), headers=AUTH, timeout=10).text
+
+
+def test_active_streams_gauge_while_streams_are_open(gw: Gateway) -> None:
+    client = openai.OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+    started = threading.Barrier(4)
+    release = threading.Event()
+    texts: list[str] = []
+
+    def run() -> None:
+        with client.responses.stream(model="slow", input="hi") as stream:
+            for event in stream:
+                if event.type == "response.created":
+                    started.wait(10)
+                    release.wait(10)
+            texts.append(stream.get_final_response().output_text)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    started.wait(10)
+    during = scrape(gw)
+    release.set()
+    for t in threads:
+        t.join(20)
+    assert texts == ["slowly done"] * 3
+    assert value(during, "responses_gateway_active_responses", mode="stream") == 3
+    assert value(scrape(gw), "responses_gateway_active_responses", mode="stream") == 0
+
+
+def test_traces_follow_the_genai_conventions() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    model = ScriptedProvider(
+        [{"message": ["secret-content ", "here"]}, {"usage": {"input_tokens": 11, "output_tokens": 4}}],
+        name="m",
+    )
+    gw = start_gateway([model], tracer_provider=provider)
+    try:
+        client = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0)
+        response = client.responses.create(model="m", input="private question")
+        with pytest.raises(openai.NotFoundError):
+            client.responses.create(model="missing", input="hi")
+    finally:
+        gw.stop()
+    spans = exporter.get_finished_spans()
+    roots = [s for s in spans if s.parent is None]
+    assert sorted(s.name for s in roots) == ["chat m", "chat missing"]
+    ok = next(s for s in roots if s.name == "chat m")
+    attrs = dict(ok.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.request.model"] == "m"
+    assert attrs["gen_ai.response.id"] == response.id
+    assert attrs["gen_ai.usage.input_tokens"] == 11
+    assert attrs["gen_ai.usage.output_tokens"] == 4
+    assert attrs["gen_ai.response.finish_reasons"] == ("stop",)
+    assert attrs["http.response.status_code"] == 200
+    turns = [s for s in spans if s.parent is not None and s.parent.span_id == ok.context.span_id]
+    assert [s.name for s in turns] == ["chat m"]
+    assert ok.start_time <= turns[0].start_time <= turns[0].end_time <= ok.end_time
+    missing = next(s for s in roots if s.name == "chat missing")
+    assert missing.attributes is not None and missing.attributes["error.type"] == "model_not_found"
+    assert missing.status.status_code.name == "ERROR"
+    dumped = json.dumps([dict(s.attributes or {}) for s in spans], default=str)
+    assert "secret-content" not in dumped and "private question" not in dumped
+
+
+@pytest.mark.skipif(probe() is not None, reason=f"the sandbox cannot start here: {probe()}")
+def test_tool_runs_are_counted_and_traced() -> None:
+    code = json.dumps({"code": "print(6 * 7)"})
+    model = ScriptedProvider(
+        {
+            "turns": [
+                {"when": {"input_has": "function_call_output"}, "steps": [{"message": ["42"]}]},
+                {"steps": [{"function_call": {"name": "code_interpreter", "arguments": [code]}}]},
+            ]
+        },
+        name="coder",
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    gw = start_gateway([model], tracer_provider=provider)
+    try:
+        client = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0)
+        response = client.responses.create(
+            model="coder",
+            input="compute",
+            tools=[{"type": "code_interpreter", "container": {"type": "auto"}}],
+        )
+        assert [item.type for item in response.output] == ["code_interpreter_call", "message"]
+        samples = scrape(gw, headers={})
+    finally:
+        gw.stop()
+    assert (
+        value(samples, "responses_gateway_tool_runs_total", tool="code_interpreter", status="completed") == 1
+    )
+    assert value(samples, "responses_gateway_tool_run_seconds_count", tool="code_interpreter") == 1
+    assert value(samples, "responses_gateway_model_turns_total", model="coder") == 2
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert sorted(names) == ["chat coder", "chat coder", "chat coder", "execute_tool code_interpreter"]
+
+
+def test_json_log_lines_of_serve(tmp_path: Path) -> None:
+    script = tmp_path / "talk.yaml"
+    script.write_text(
+        "model: talk\nsteps:\n  - message: ['private ', 'answer']\n"
+        "  - usage: {input_tokens: 5, output_tokens: 2}\n"
+    )
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for mode, extra in (("plain", ()), ("content", ("--log-content",))):
+        run_dir = tmp_path / mode
+        run_dir.mkdir()
+        with serving(
+            run_dir,
+            "--no-local",
+            "--script",
+            str(script),
+            "--log-format",
+            "json",
+            "--log-level",
+            "info",
+            "--api-key",
+            KEY,
+            *extra,
+        ) as served:
+            client = openai.OpenAI(base_url=served.base_url, api_key=KEY, max_retries=0)
+            response = client.responses.create(model="talk", input="my secret question")
+            assert response.output_text == "private answer"
+            with pytest.raises(openai.NotFoundError):
+                client.responses.create(model="nope", input="x")
+        text = served.log.read_text()
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        lines[mode] = [r for r in records if r.get("event") == "response"]
+        assert all(isinstance(r["time"], str) and r["level"] for r in records)
+        assert KEY not in text
+    ok, missing = lines["plain"]
+    assert ok["model"] == "talk" and ok["backend"] == "talk" and ok["status"] == "completed"
+    assert (ok["http_status"], ok["input_tokens"], ok["output_tokens"]) == (200, 5, 2)
+    assert ok["id"].startswith("resp_") and ok["duration_ms"] >= ok["ttft_ms"] >= 0
+    assert (missing["http_status"], missing["error"], missing["backend"]) == (404, "model_not_found", None)
+    assert "input" not in ok and "output" not in ok
+    assert "secret question" not in json.dumps(lines["plain"])
+    with_content = lines["content"][0]
+    assert with_content["input"] == "my secret question"
+    assert with_content["output"][0]["content"][0]["text"] == "private answer"
