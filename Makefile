@@ -26,6 +26,7 @@ run: $(STAMP)
 test: $(STAMP)
 	scripts/sandbox-deps.sh
 	scripts/browser-deps.sh
+	scripts/terminal-deps.sh
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest

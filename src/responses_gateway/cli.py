@@ -1,4 +1,5 @@
-"""The ``responses-gateway`` command: ``serve`` the gateway, or ``check`` a stream, file or endpoint.
+"""The ``responses-gateway`` command: ``serve`` the gateway, ``check`` a stream, file or endpoint, or
+``chat`` with any Responses server in the terminal (chat.py).
 
 ``check`` is deliberately plain blocking code (httpx, no event loop) and imports nothing from the
 server, so it works wherever the protocol package does.
@@ -317,6 +318,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict-spec", action="store_true", help="shorthand for --profile strict-spec"
     )
     check_parser.set_defaults(handler=lambda args: _run_check(args, sys.stdout, sys.stderr))
+
+    from .chat import add_chat_arguments, run_chat
+
+    chat_parser = sub.add_parser(
+        "chat",
+        help="chat in the terminal with any Responses server (this gateway, OpenAI, another gateway)",
+        description="Streams answers, shows reasoning and tool calls, continues with previous_response_id. "
+        "Commands: /model [NAME], /reset, /save FILE, /help, /quit.",
+    )
+    add_chat_arguments(chat_parser)
+    chat_parser.set_defaults(handler=run_chat)
     return parser
 
 
