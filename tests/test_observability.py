@@ -54,8 +54,11 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 
 def slow_then(text: str) -> list[dict[str, Any]]:
+    """A stream that stays open a while whether or not its client reads (the server keeps sending)."""
     return [
-        {"message": [text[:3], text[3:]], "delay": 0.2},
+        {"message": [text[:3]]},
+        {"sleep": 2.0},
+        {"message": [text[3:]]},
         {"usage": {"input_tokens": 7, "output_tokens": 5}},
     ]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -34,6 +34,7 @@ class Metrics:
 
     def __init__(self) -> None:
         registry = self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         ns = "responses_gateway"
         model = ["model", "backend"]
         self.http_requests = Counter(
@@ -131,6 +132,15 @@ class Metrics:
             registry=registry,
             buckets=_STORE,
         )
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: a response's counting is then a few dict lookups (the
+        label sets are bounded: models served × back ends × statuses)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""
