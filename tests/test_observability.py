@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def slow_then(text: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     down = ScriptedProvider(
         [{"error": {"status": 503, "message": "overloaded", "code": "overloaded"}}], name="flaky"
     )
@@ -83,7 +84,8 @@ def gw() -> Iterator[Gateway]:
         ),
         chain,
     ]
-    gateway = start_gateway(models, api_keys=(KEY,))
+    store = tmp_path_factory.mktemp("obs") / "store.db"
+    gateway = start_gateway(models, api_keys=(KEY,), store_url=f"sqlite:///{store}")
     yield gateway
     gateway.stop()
 
@@ -198,6 +200,44 @@ def test_active_streams_gauge_while_streams_are_open(gw: Gateway) -> None:
     assert texts == ["slowly done"] * 3
     assert value(during, "responses_gateway_active_responses", mode="stream") == 3
     assert value(scrape(gw), "responses_gateway_active_responses", mode="stream") == 0
+
+
+def test_background_runs_and_store_latency(gw: Gateway) -> None:
+    before = scrape(gw)
+    client = openai.OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+    queued = client.responses.create(model="slow", input="hi", background=True)
+    assert queued.status in ("queued", "in_progress")
+    deadline = time.monotonic() + 20
+    while (done := client.responses.retrieve(queued.id)).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert done.status == "completed"
+    # The run is counted when it ends, just after its status is stored.
+    deadline = time.monotonic() + 5
+    counted = {"model": "slow", "mode": "background"}
+    after = scrape(gw)
+    while value(after, "responses_gateway_responses_total", **counted) == value(
+        before, "responses_gateway_responses_total", **counted
+    ):
+        assert time.monotonic() < deadline, "the background run was never counted"
+        time.sleep(0.05)
+        after = scrape(gw)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert (
+        delta("responses_gateway_responses_total", model="slow", mode="background", status="completed") == 1
+    )
+    assert delta("responses_gateway_tokens_total", model="slow", direction="output") == 5
+    assert delta("responses_gateway_store_operation_seconds_count", operation="create_response") == 1
+    assert delta("responses_gateway_store_operation_seconds_count", operation="commit_events") == 1
+    retrieved = delta("responses_gateway_store_operation_seconds_count", operation="get_response")
+    assert retrieved == delta(
+        "responses_gateway_http_requests_total", route="/v1/responses/{rid}", method="GET"
+    )
+    assert retrieved >= 1
+    assert value(after, "responses_gateway_active_responses", mode="background") == 0
 
 
 def test_traces_follow_the_genai_conventions() -> None:
