@@ -23,6 +23,7 @@ import pytest
 import responses_gateway
 from conftest import Gateway, start_gateway
 from responses_gateway.providers.scripted import ScriptedProvider
+from upstream_mock import UpstreamMock, fixture_reply
 
 KEY = "sk-chat-tmux"
 
@@ -158,3 +159,43 @@ def test_chat_in_a_terminal(gw: Gateway, tmp_path: Path) -> None:
         assert not term.alive(), "chat did not exit on /quit"
     finally:
         term.close()
+
+
+def test_chat_with_another_server(tmp_path: Path) -> None:
+    """Not our gateway: a mock replaying streams recorded from OpenAI (reasoning summary then text,
+    with ``store: false``; then two parallel function calls), cut at random byte boundaries."""
+    reasoning = "openai-responses__reasoning-summary-then-text-gpt-5.3-codex__vercel-ai.chunks.jsonl"
+    calls = "openai-responses__two-parallel-function-calls-stream-gpt-4o__mirascope-mirascope.sse"
+    src = str(Path(responses_gateway.__file__).resolve().parents[1])
+    with UpstreamMock() as upstream:
+        upstream.enqueue(
+            fixture_reply(reasoning, split=True, seed=1), fixture_reply(calls, split=True, seed=2)
+        )
+        command = (
+            f"{shlex.quote(sys.executable)} -m responses_gateway.cli chat --url {upstream.url}/v1 "
+            "--model gpt-5.3-codex --api-key sk-other"
+        )
+        term = Terminal(command, {"PYTHONPATH": src, "TERM": "xterm-256color"})
+        try:
+            term.wait_for("you>")
+            term.type("how many r in strawberry?")
+            screen = term.wait_for("[completed")
+            assert "[thinking] **Counting character occurrences**" in screen
+            assert "gpt-5.3-codex> There are **3** letter" in screen
+            term.type("now the secrets")
+            screen = term.wait_for("[completed", count=2)
+            assert '⚙ call secret_retrieval_tool({"password":"mellon"})' in screen
+            assert '⚙ call secret_retrieval_tool({"password":"radiance"})' in screen
+            term.type("/quit")
+        finally:
+            term.close()
+        first, second = (r.json for r in upstream.requests)
+    assert first["stream"] is True and first["input"] == "how many r in strawberry?"
+    headers = {k.lower(): v for k, v in upstream.requests[0].headers.items()}
+    assert headers["authorization"] == "Bearer sk-other"
+    # The first response was not stored (store: false): the second turn carries the conversation.
+    assert "previous_response_id" not in second
+    assert second["input"][0] == {"role": "user", "content": "how many r in strawberry?"}
+    assert second["input"][1]["role"] == "assistant"
+    assert second["input"][1]["content"].startswith("There are **3** letter")
+    assert second["input"][2] == {"role": "user", "content": "now the secrets"}

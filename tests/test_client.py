@@ -20,6 +20,7 @@ import pytest
 from openai.types.responses import Response
 
 from conftest import Gateway, check_stream, start_gateway
+from fixtures_loader import list_fixtures
 from responses_gateway import client as client_module
 from responses_gateway.client import (
     AsyncResponsesClient,
@@ -28,8 +29,10 @@ from responses_gateway.client import (
     StreamStep,
     output_text,
 )
+from responses_gateway.protocol import accumulate, check
+from responses_gateway.protocol.sse import EventStreamDecoder
 from responses_gateway.providers.scripted import ScriptedProvider
-from upstream_mock import UpstreamMock, stream_reply
+from upstream_mock import UpstreamMock, fixture_reply, stream_reply
 
 KEY = "sk-client-test"
 
@@ -282,3 +285,32 @@ def test_an_older_servers_dialect_is_read_and_its_violations_reported() -> None:
     assert stream.violations
     assert sum(len(s.violations) for s in steps) <= len(stream.violations)
     assert any("function_call.arguments" in str(v) or "unknown" in str(v) for v in stream.violations)
+
+
+STREAMED = sorted(
+    name
+    for name in list_fixtures()
+    if name.startswith("openai-responses__") and name.endswith((".sse", ".chunks.jsonl"))
+)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamMock]:
+    with UpstreamMock() as mock:
+        yield mock
+
+
+@pytest.mark.parametrize("name", STREAMED)
+def test_every_recorded_openai_stream_reads_as_offline(upstream: UpstreamMock, name: str) -> None:
+    """Streams recorded from OpenAI and other Responses servers, served over HTTP in random pieces:
+    the client's events, Response and violations are what the protocol core finds offline."""
+    reply = fixture_reply(name, split=True, seed=len(name), max_piece=1500, delay=0)
+    body = b"".join(reply.pieces())
+    upstream.reset([reply])
+    decoder = EventStreamDecoder()
+    offline = decoder.feed(body) + decoder.flush()
+    with ResponsesClient(f"{upstream.url}/v1", "k") as client, client.stream(model="m", input="x") as stream:
+        steps = list(stream)
+    assert [s.event for s in steps] == stream.events == offline
+    assert stream.response == accumulate(offline).response
+    assert [str(v) for v in stream.violations] == [str(v) for v in check(offline, profile="openai")]

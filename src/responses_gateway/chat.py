@@ -3,7 +3,8 @@
 Answers stream as they arrive; reasoning is shown dimmed, tool calls (the client's functions and
 hosted tools such as ``code_interpreter``) on their own marked lines, each answer followed by a status
 line (model, tokens, response id) and any protocol violations the checker found. Turns continue with
-``previous_response_id``. Commands: ``/model [NAME]`` (list or switch), ``/reset`` (a new
+``previous_response_id`` (or, after a response the server did not store, by sending the
+conversation's messages again). Commands: ``/model [NAME]`` (list or switch), ``/reset`` (a new
 conversation), ``/save FILE`` (the conversation as JSON), ``/help``, ``/quit``.
 """
 
@@ -66,6 +67,9 @@ class Chat:
         self.out = out
         self.style = style
         self.previous_id: str | None = None
+        # The conversation as input items, for a server that did not store the last response
+        # (``store: false``): the next turn sends it whole instead of previous_response_id.
+        self.history: list[JSON] = []
         self.turns: list[JSON] = []
 
     def write(self, text: str) -> None:
@@ -86,6 +90,7 @@ class Chat:
             self.line(HELP)
         elif name == "/reset":
             self.previous_id = None
+            self.history = []
             self.turns = []
             self.line("(new conversation)", self.style.dim)
         elif name == "/model":
@@ -130,6 +135,8 @@ class Chat:
         body: JSON = {"model": self.model, "input": text}
         if self.previous_id is not None:
             body["previous_response_id"] = self.previous_id
+        elif self.history:
+            body["input"] = [*self.history, {"role": "user", "content": text}]
         style = self.style
         mode = ""  # what the last write was: "", "text", "reasoning"
         printed = False  # whether the answer's text streamed (else it is printed whole at the end)
@@ -185,8 +192,16 @@ class Chat:
         if not printed and output_text(response):
             self.line(f"{self.model}> {output_text(response)}")
         self.turns.append({"request": body, "response": response})
-        if response.get("id") and response.get("status") in ("completed", "incomplete"):
-            self.previous_id = str(response["id"])
+        if response.get("status") in ("completed", "incomplete"):
+            if response.get("id") and response.get("store") is not False:
+                self.previous_id, self.history = str(response["id"]), []
+            else:
+                # Not stored: the next turn carries the conversation itself.
+                self.previous_id = None
+                self.history = [*self.history, {"role": "user", "content": text}]
+                answer = output_text(response)
+                if answer:
+                    self.history.append({"role": "assistant", "content": answer})
         self.line(_status_line(response), style.dim)
         if resume_error:
             self.line(f"(stream dropped: {resume_error})", style.warn)

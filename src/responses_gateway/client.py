@@ -115,6 +115,8 @@ class _StreamState:
         self.violations: list[Violation] = []
         self.events: list[JSON] = []
         self.last_sequence = -1
+        # After a resume: events up to this sequence number arrived before the drop (skipped).
+        self.resumed_after = -1
         self.resumes = 0
         self.max_resumes = max_resumes
         self.decoder = EventStreamDecoder()
@@ -134,11 +136,14 @@ class _StreamState:
         for event in events:
             seq = event.get("sequence_number")
             if isinstance(seq, int) and not isinstance(seq, bool):
-                if seq <= self.last_sequence:
+                if seq <= self.resumed_after:
                     continue  # seen before the connection dropped
+                self.resumed_after = -1
                 self.last_sequence = seq
             self.events.append(event)
-            self.accumulator.feed(event)
+            # The accumulator builds its items from the events' objects: it gets its own copy, so the
+            # events handed out stay as they arrived.
+            self.accumulator.feed(orjson.loads(orjson.dumps(event)))
             new = self.checker.feed(event) if self.checker is not None else []
             self.violations += new
             out.append(StreamStep(event, new, self.accumulator))
@@ -159,6 +164,7 @@ class _StreamState:
 
     def resume_path(self) -> tuple[str, dict[str, str]]:
         self.resumes += 1
+        self.resumed_after = self.last_sequence
         return (
             f"/responses/{self.response_id}",
             {"stream": "true", "starting_after": str(self.last_sequence)},
