@@ -230,6 +230,13 @@ def test_an_older_servers_dialect_is_read_and_its_violations_reported() -> None:
         "start_index": 0,
         "end_index": 2,
     }
+    interpreter = {
+        "type": "code_interpreter_call",
+        "id": "ci_1",
+        "status": "in_progress",
+        "code": "",
+        "outputs": None,
+    }
     body = _sse(
         {"type": "response.created", "response": snapshot},
         {"type": "response.output_item.added", "output_index": 0, "item": call},
@@ -267,6 +274,29 @@ def test_an_older_servers_dialect_is_read_and_its_violations_reported() -> None:
             "annotation_index": 0,
             "annotation": annotation,
         },
+        # Seed 002's code interpreter events.
+        {"type": "response.output_item.added", "output_index": 2, "item": interpreter},
+        {"type": "response.code_interpreter.in_progress", "item_id": "ci_1", "output_index": 2},
+        {
+            "type": "response.code_interpreter.call.code.delta",
+            "item_id": "ci_1",
+            "output_index": 2,
+            "delta": "print(",
+        },
+        {
+            "type": "response.code_interpreter.call.code.delta",
+            "item_id": "ci_1",
+            "output_index": 2,
+            "delta": "6*7)",
+        },
+        {
+            "type": "response.code_interpreter.call.code.done",
+            "item_id": "ci_1",
+            "output_index": 2,
+            "code": "print(6*7)",
+        },
+        {"type": "response.code_interpreter.call.interpreting", "item_id": "ci_1", "output_index": 2},
+        {"type": "response.code_interpreter.call.completed", "item_id": "ci_1", "output_index": 2},
         {"type": "response.completed", "response": {**snapshot, "status": "completed", "output": []}},
     )
     with UpstreamMock() as upstream:
@@ -274,10 +304,11 @@ def test_an_older_servers_dialect_is_read_and_its_violations_reported() -> None:
         with ResponsesClient(f"{upstream.url}/v1") as client:
             stream = client.stream(model="m", input="hi")
             steps = list(stream)
-    assert len(steps) == 9
+    assert len(steps) == 16
     response = stream.response
     assert response["status"] == "completed"
-    fc, msg = response["output"]
+    fc, msg, ci = response["output"]
+    assert (ci["code"], ci["status"]) == ("print(6*7)", "completed")
     assert (fc["name"], fc["arguments"]) == ("lookup", '{"q":"x"}')
     assert msg["content"][0]["text"] == "hi there"
     assert msg["content"][0]["annotations"] == [annotation]
