@@ -30,7 +30,7 @@ from responses_gateway.client import (
     output_text,
 )
 from responses_gateway.protocol import accumulate, check
-from responses_gateway.protocol.sse import EventStreamDecoder
+from responses_gateway.protocol.sse import EventStreamDecoder, SSEEventTooLarge
 from responses_gateway.providers.scripted import ScriptedProvider
 from upstream_mock import UpstreamMock, fixture_reply, stream_reply
 
@@ -299,11 +299,15 @@ def test_an_older_servers_dialect_is_read_and_its_violations_reported() -> None:
         {"type": "response.code_interpreter.call.completed", "item_id": "ci_1", "output_index": 2},
         {"type": "response.completed", "response": {**snapshot, "status": "completed", "output": []}},
     )
+    # A line of garbage in the middle: reported, and the stream goes on.
+    cut = body.index(b"event: response.output_item.added")
+    body = body[:cut] + b"data: {not json\n\n" + body[cut:]
     with UpstreamMock() as upstream:
         upstream.enqueue(stream_reply(body, split=True, seed=3))
         with ResponsesClient(f"{upstream.url}/v1") as client:
             stream = client.stream(model="m", input="hi")
             steps = list(stream)
+    assert [v.rule for v in stream.violations if v.rule == "sse.payload"] == ["sse.payload"]
     assert len(steps) == 16
     response = stream.response
     assert response["status"] == "completed"
@@ -345,3 +349,14 @@ def test_every_recorded_openai_stream_reads_as_offline(upstream: UpstreamMock, n
     assert [s.event for s in steps] == stream.events == offline
     assert stream.response == accumulate(offline).response
     assert [str(v) for v in stream.violations] == [str(v) for v in check(offline, profile="openai")]
+
+
+def test_an_endless_event_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "MAX_EVENT_BYTES", 4096)
+    huge = _sse(
+        {"type": "response.created", "response": {"id": "r", "object": "response", "pad": "x" * 10_000}}
+    )
+    with UpstreamMock() as upstream:
+        upstream.enqueue(stream_reply(huge, split=True, seed=1, max_piece=512, delay=0))
+        with ResponsesClient(f"{upstream.url}/v1") as client, pytest.raises(SSEEventTooLarge):
+            client.stream(model="m", input="hi").until_done()

@@ -35,7 +35,7 @@ import orjson
 
 from .protocol.accumulator import Accumulator
 from .protocol.checker import Profile, StreamChecker, Violation
-from .protocol.sse import EventStreamDecoder
+from .protocol.sse import SSEDecoder, SSEMessage, SSEPayloadError, decode_event
 
 __all__ = [
     "AsyncResponseStream",
@@ -52,6 +52,9 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 # Reconnections one stream may make after its connection dropped.
 DEFAULT_MAX_RESUMES = 3
+# The largest single event a stream may carry (a partial image is a few MB; the gateway's own upstream
+# limit is of the same order).
+MAX_EVENT_BYTES = 64 * 1024 * 1024
 
 
 class ResponsesAPIError(Exception):
@@ -106,6 +109,12 @@ class StreamStep:
         return f"StreamStep({self.type!r}, violations={len(self.violations)})"
 
 
+def _decoder() -> SSEDecoder:
+    """The SSE decoder of one connection: one event may take at most :data:`MAX_EVENT_BYTES`
+    (past it, ``SSEEventTooLarge``), so a broken server cannot take the client's memory."""
+    return SSEDecoder(comments=True, max_event_bytes=MAX_EVENT_BYTES)
+
+
 class _StreamState:
     """The sans-IO part of a stream, shared by the sync and async readers: bytes in, steps out."""
 
@@ -119,7 +128,7 @@ class _StreamState:
         self.resumed_after = -1
         self.resumes = 0
         self.max_resumes = max_resumes
-        self.decoder = EventStreamDecoder()
+        self.decoder = _decoder()
         self.ended = False
         self.resume_error: str | None = None
 
@@ -128,12 +137,20 @@ class _StreamState:
 
     def flush(self) -> list[StreamStep]:
         steps = self._steps(self.decoder.flush())
-        self.decoder = EventStreamDecoder()
+        self.decoder = _decoder()
         return steps
 
-    def _steps(self, events: list[JSON]) -> list[StreamStep]:
+    def _steps(self, messages: list[SSEMessage]) -> list[StreamStep]:
         out: list[StreamStep] = []
-        for event in events:
+        for message in messages:
+            try:
+                event = decode_event(message)  # None: a comment (keepalive), [DONE], an empty ping
+            except SSEPayloadError as exc:
+                # Not JSON: reported like a checker finding, and the stream goes on.
+                self.violations.append(Violation("sse.payload", self.last_sequence + 1, str(exc)))
+                continue
+            if event is None:
+                continue
             seq = event.get("sequence_number")
             if isinstance(seq, int) and not isinstance(seq, bool):
                 if seq <= self.resumed_after:
