@@ -28,6 +28,7 @@ from conftest import Gateway, check_stream, start_gateway, stream_events
 from responses_gateway.providers.fallback import FallbackProvider
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.sandbox import probe
+from responses_gateway.server.registry import ModelRegistry
 from serve_process import serving
 
 KEY = "sk-obs-test-key-123456"
@@ -66,14 +67,16 @@ def slow_then(text: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    # A fallback chain as a models file makes it: model names "flaky" then "backup", each on its own
+    # back end (the back end's name is the `backend` label).
     down = ScriptedProvider(
-        [{"error": {"status": 503, "message": "overloaded", "code": "overloaded"}}], name="flaky"
+        [{"error": {"status": 503, "message": "overloaded", "code": "overloaded"}}], name="down-backend"
     )
-    chain = FallbackProvider(
-        [("flaky", down), ("backup", ScriptedProvider([{"message": ["from backup"]}], name="backup"))],
-        retries=0,
-    )
-    models = [
+    up = ScriptedProvider([{"message": ["from backup"]}], name="up-backend")
+    chain = FallbackProvider([("flaky", down), ("backup", up)], retries=0)
+    models = ModelRegistry()
+    models.add(chain, "flaky")
+    for provider in [
         ScriptedProvider(
             [{"message": ["Hello ", "there"]}, {"usage": {"input_tokens": 3, "output_tokens": 2}}],
             name="echo",
@@ -82,8 +85,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         ScriptedProvider(
             [{"message": ["x"]}, {"fail": {"code": "server_error", "message": "boom"}}], name="bad"
         ),
-        chain,
-    ]
+    ]:
+        models.add(provider)
     store = tmp_path_factory.mktemp("obs") / "store.db"
     gateway = start_gateway(models, api_keys=(KEY,), store_url=f"sqlite:///{store}")
     yield gateway
@@ -164,12 +167,19 @@ def test_counters_match_a_load_made_with_the_sdk(gw: Gateway) -> None:
     assert delta("responses_gateway_time_to_first_token_seconds_count", **echo) == answered
     assert delta("responses_gateway_response_duration_seconds_count", **echo) == answered
     assert delta("responses_gateway_model_turns_total", **echo) == answered
-    # The fallback chain: one upstream error from the first member, one fallback answered by backup.
+    # The fallback chain: one upstream error from the first member's back end, one fallback answered
+    # by "backup", whose back end is the one the response is counted under.
     assert (
-        delta("responses_gateway_upstream_errors_total", backend="flaky", status="503", code="overloaded")
+        delta(
+            "responses_gateway_upstream_errors_total", backend="down-backend", status="503", code="overloaded"
+        )
         == 1
     )
-    assert delta("responses_gateway_fallbacks_total", model="flaky", backend="backup") == 1
+    assert delta("responses_gateway_fallbacks_total", model="flaky", served_by="backup") == 1
+    assert (
+        delta("responses_gateway_responses_total", model="flaky", backend="up-backend", status="completed")
+        == 1
+    )
     assert delta("responses_gateway_upstream_errors_total", backend="bad", status="stream") == 1
     assert value(after, "responses_gateway_active_responses") == 0
     assert KEY not in httpx.get(gw.url("/metrics"), headers=AUTH, timeout=10).text

@@ -97,8 +97,8 @@ class Metrics:
         )
         self.fallbacks = Counter(
             "fallbacks",
-            "Responses a fallback chain answered with a later member, by model asked and back end.",
-            model,
+            "Responses a later fallback chain member answered, by model asked and model that answered.",
+            ["model", "served_by"],
             namespace=ns,
             registry=registry,
         )

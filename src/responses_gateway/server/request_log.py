@@ -63,6 +63,7 @@ class RequestLog:
     __slots__ = (
         "active",
         "backend",
+        "backends",
         "background",
         "builder",
         "error_code",
@@ -105,6 +106,8 @@ class RequestLog:
         # first member of its fallback chain (an answer from another one is a fallback).
         self.backend: str | None = None
         self.primary: str | None = None
+        # For a fallback chain: each member's model name -> its back end's name.
+        self.backends: dict[str, str] = {}
         # Whether the request was accepted (parsed, model found, capabilities checked): an HTTP error
         # after that came from the back end.
         self.prepared = False
@@ -153,9 +156,10 @@ class RequestLog:
 
     @property
     def answered_by(self) -> str | None:
+        """The back end that answered: for a fallback chain, the answering member's back end."""
         builder = self.builder
         if builder is not None and builder.served_by:
-            return builder.served_by
+            return self.backends.get(builder.served_by, self.backend)
         return self.backend
 
     def write(self) -> None:
@@ -191,9 +195,10 @@ class RequestLog:
         builder = self.builder
         if builder is not None:
             for name, http, code in builder.failed_attempts:
-                child(metrics.upstream_errors, _word(name), str(http), _word(code or "")).inc()
+                failed = self.backends.get(name, name)
+                child(metrics.upstream_errors, _word(failed), str(http), _word(code or "")).inc()
             if self.primary is not None and builder.served_by and builder.served_by != self.primary:
-                child(metrics.fallbacks, model, backend).inc()
+                child(metrics.fallbacks, model, _word(builder.served_by)).inc()
         if self.prepared and (self.http_status >= 400 or status == "failed"):
             where = str(self.http_status) if self.http_status >= 400 else "stream"
             child(metrics.upstream_errors, backend, where, fields["error"] or "").inc()

@@ -403,6 +403,7 @@ class ResponsesAPI:
             line.backend = provider.name
             if isinstance(provider, FallbackProvider):
                 line.primary = provider.chain[0][0]
+                line.backends = {name: member.name for name, member in provider.chain}
         # A final ``compaction_trigger`` item: the answer is the compaction (a back end that compacts
         # itself is given the item).
         compact_now = (
