@@ -320,8 +320,25 @@ def test_tool_runs_are_counted_and_traced() -> None:
     )
     assert value(samples, "responses_gateway_tool_run_seconds_count", tool="code_interpreter") == 1
     assert value(samples, "responses_gateway_model_turns_total", model="coder") == 2
-    names = [s.name for s in exporter.get_finished_spans()]
-    assert sorted(names) == ["chat coder", "chat coder", "chat coder", "execute_tool code_interpreter"]
+    spans = exporter.get_finished_spans()
+    assert sorted(s.name for s in spans) == [
+        "chat coder",
+        "chat coder",
+        "chat coder",
+        "execute_tool code_interpreter",
+    ]
+    (root,) = [s for s in spans if s.parent is None]
+    children = sorted((s for s in spans if s.parent is not None), key=lambda s: s.start_time or 0)
+    assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in children)
+    # Turn, tool run, turn: in time order, inside the request.
+    assert [s.name for s in children] == ["chat coder", "execute_tool code_interpreter", "chat coder"]
+    first, tool, second = children
+    assert (root.start_time or 0) <= (first.start_time or 0)
+    assert (first.end_time or 0) <= (tool.start_time or 0) <= (tool.end_time or 0) <= (second.start_time or 0)
+    assert (second.end_time or 0) <= (root.end_time or 0)
+    assert tool.attributes is not None and tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.attributes["gen_ai.tool.name"] == "code_interpreter"
+    assert first.attributes is not None and first.attributes["gen_ai.provider.name"] == "coder"
 
 
 def test_json_log_lines_of_serve(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ class RunContext:
     owner: str | None
     include: frozenset[str]
     # Set by the server for its metrics and traces: the engine appends one ``Phase`` per model turn
-    # (``"turn"``, the back end's name) and per hosted call run (``"tool"``, the tool type).
+    # (``"turn"``, the model that answered it) and per hosted call run (``"tool"``, the tool type).
     timeline: list[Phase] | None = None
 
 

@@ -86,7 +86,7 @@ class Engine(Provider):
                         await close()
                     if timeline is not None:
                         ended = builder.turn_status[0] if builder.turn_status else "unfinished"
-                        turn_name = builder.served_by or self.inner.name
+                        turn_name = builder.served_by or request.model
                         timeline.append(("turn", turn_name, turn_started, time.monotonic(), ended))
                 if builder.finished:
                     return  # the back end failed the Response

@@ -8,8 +8,9 @@ times), so nothing is traced per streamed event:
   ``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.response.id``,
   ``gen_ai.provider.name`` (the back end), ``gen_ai.usage.input_tokens`` / ``output_tokens``,
   ``gen_ai.response.finish_reasons``, ``http.response.status_code``, ``error.type`` on failure.
-- ``chat {back end}`` (kind CLIENT), one per model turn (the engine runs hosted tools between turns;
-  without hosted tools the request is one turn).
+- ``chat {model}`` (kind CLIENT), one per model turn (the engine runs hosted tools between turns;
+  without hosted tools the request is one turn): the model that answered (a fallback chain's
+  member) and its back end as ``gen_ai.provider.name``.
 - ``execute_tool {tool}`` (kind INTERNAL), one per hosted tool call the gateway ran:
   ``gen_ai.operation.name=execute_tool``, ``gen_ai.tool.name``, ``gen_ai.tool.type``.
 
@@ -117,7 +118,8 @@ class Tracing:
         phases = list(line.timeline)
         if not any(kind == "turn" for kind, *_ in phases) and line.builder is not None and fields["backend"]:
             # No engine: the back end ran one turn, from the request's start to its end.
-            phases.insert(0, ("turn", fields["backend"], base, now, fields["status"] or "unknown"))
+            served = line.builder.served_by or model
+            phases.insert(0, ("turn", served, base, now, fields["status"] or "unknown"))
         for kind, name, started, ended, outcome in phases:
             if kind == "turn":
                 span = self.tracer.start_span(
@@ -127,7 +129,7 @@ class Tracing:
                     start_time=wall(started),
                     attributes={
                         "gen_ai.operation.name": "chat",
-                        "gen_ai.provider.name": name,
+                        "gen_ai.provider.name": line.backends.get(name, line.backend or ""),
                         "gen_ai.request.model": name,
                         "responses_gateway.turn_status": outcome,
                     },
