@@ -365,7 +365,8 @@ def test_json_log_lines_of_serve(tmp_path: Path) -> None:
             *extra,
         ) as served:
             client = openai.OpenAI(base_url=served.base_url, api_key=KEY, max_retries=0)
-            response = client.responses.create(model="talk", input="my secret question")
+            # A user pasting the gateway's key into a prompt: even --log-content never logs it.
+            response = client.responses.create(model="talk", input=f"my secret question {KEY}")
             assert response.output_text == "private answer"
             with pytest.raises(openai.NotFoundError):
                 client.responses.create(model="nope", input="x")
@@ -382,5 +383,5 @@ def test_json_log_lines_of_serve(tmp_path: Path) -> None:
     assert "input" not in ok and "output" not in ok
     assert "secret question" not in json.dumps(lines["plain"])
     with_content = lines["content"][0]
-    assert with_content["input"] == "my secret question"
+    assert with_content["input"].startswith("my secret question ") and KEY not in with_content["input"]
     assert with_content["output"][0]["content"][0]["text"] == "private answer"
