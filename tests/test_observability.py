@@ -101,7 +101,19 @@ def test_metrics_need_the_api_key_unless_opened(gw: Gateway) -> None:
         [ScriptedProvider([{"message": ["hi"]}], name="m")], api_keys=(KEY,), metrics_public=True
     )
     try:
-        assert "responses_gateway_http_requests_total" in httpx.get(opened.url("/metrics"), timeout=10).text
+        ok = httpx.post(
+            opened.url("/v1/responses"), json={"model": "m", "input": "x"}, headers=AUTH, timeout=10
+        )
+        assert ok.status_code == 200
+        samples = text_string_to_metric_families(httpx.get(opened.url("/metrics"), timeout=10).text)
+        counted = {
+            s.labels["model"]: s.value
+            for f in samples
+            for s in f.samples
+            if s.name == "responses_gateway_responses_total"
+        }
+        # Its own registry: the one response made here, none of the module gateway's.
+        assert counted == {"m": 1.0}
         # Only /metrics is opened: the API still wants its key.
         assert httpx.get(opened.url("/v1/models"), timeout=10).status_code == 401
     finally:
