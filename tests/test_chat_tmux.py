@@ -199,3 +199,31 @@ def test_chat_with_another_server(tmp_path: Path) -> None:
     assert second["input"][1]["role"] == "assistant"
     assert second["input"][1]["content"].startswith("There are **3** letter")
     assert second["input"][2] == {"role": "user", "content": "now the secrets"}
+
+
+def test_chat_piped_without_a_model_or_a_terminal(gw: Gateway) -> None:
+    """No --model: the server's first model. Not a terminal: plain text, no ANSI styles."""
+    src = str(Path(responses_gateway.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src, "RG_API_KEY": KEY}
+    done = subprocess.run(
+        [sys.executable, "-m", "responses_gateway.cli", "chat", "--url", gw.base_url],
+        input="hello\n/model\n/quit\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\x1b[" not in done.stdout
+    assert "[thinking] pondering\nthinker> First answer.\n[completed · 6 in / 2 out · resp_" in done.stdout
+    assert " * thinker" in done.stdout and "   tooly" in done.stdout
+    wrong = subprocess.run(
+        [sys.executable, "-m", "responses_gateway.cli", "chat", "--url", gw.base_url],
+        input="",
+        capture_output=True,
+        text=True,
+        env={**env, "RG_API_KEY": "wrong"},
+        timeout=30,
+    )
+    assert wrong.returncode == 2
+    assert "cannot list the models" in wrong.stderr and "401" in wrong.stderr
