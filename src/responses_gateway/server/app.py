@@ -73,9 +73,7 @@ class GatewayApp:
             try:
                 from .tracing import Tracing
             except ImportError:
-                raise ValueError(
-                    "traces need OpenTelemetry: pip install 'responses-gateway[otel]'"
-                ) from None
+                raise ValueError("traces need OpenTelemetry: pip install 'responses-gateway[otel]'") from None
             tracing = Tracing.create(self.config.traces, tracer_provider)
         self.observer = Observer(
             metrics=self.metrics,

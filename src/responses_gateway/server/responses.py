@@ -557,9 +557,9 @@ class ResponsesAPI:
         recorder = store.recorder(rid)
         recording = Recording(
             add=recorder.add_nowait,
-            commit=recorder.drain if app.observer.metrics is None else app.observer.metrics.timer(
-                "commit_events", recorder.drain
-            ),
+            commit=recorder.drain
+            if app.observer.metrics is None
+            else app.observer.metrics.timer("commit_events", recorder.drain),
             stop=store.cancel_event(rid),
             cause=partial(self._cause, store, owner, rid),
         )

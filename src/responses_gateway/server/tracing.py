@@ -1,6 +1,7 @@
 """OpenTelemetry traces following the GenAI semantic conventions; off unless ``serve --traces``.
 
-One trace per ``POST /v1/responses``, written when the request's work ends (from the facts its
+One trace per Response asked for (``POST /v1/responses``, a front end, a WebSocket message), written
+when the request's work ends (from the facts its
 :class:`~responses_gateway.server.request_log.RequestLog` collected, with their real start and end
 times), so nothing is traced per streamed event:
 
@@ -88,8 +89,8 @@ class Tracing:
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": model,
-            "http.request.method": "POST",
-            "http.route": "/v1/responses",
+            "http.request.method": line.method,
+            "http.route": line.route,
             "http.response.status_code": fields["http_status"],
             "responses_gateway.mode": line.mode,
         }
