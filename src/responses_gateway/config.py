@@ -25,6 +25,7 @@ __all__ = [
     "PROVIDER_KINDS",
     "ConfigError",
     "GatewayConfig",
+    "McpServerConfig",
     "ModelConfig",
     "Timeouts",
     "UpstreamConfig",
@@ -62,7 +63,9 @@ _UPSTREAM_KEYS = {
     "max_event_bytes",
     "max_error_body_bytes",
 }
-_TOP_KEYS = {"models", "local", "upstream"}
+_TOP_KEYS = {"models", "local", "upstream", "mcp_servers"}
+_MCP_KEYS = {"label", "url", "transport", "headers_env", "authorization_env"}
+MCP_TRANSPORTS = ("auto", "streamable_http", "sse")
 
 
 class ConfigError(ValueError):
@@ -136,8 +139,40 @@ class ModelConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """An MCP server the operator names (the file's ``mcp_servers:``): a request may use it by its
+    label alone (``{"type": "mcp", "server_label": "docs"}``). Header values come from environment
+    variables, read when the gateway starts; the URL is trusted (no network guard)."""
+
+    label: str
+    url: str
+    transport: str = "auto"
+    headers_env: Mapping[str, str] = field(default_factory=dict)  # header name -> variable name
+    authorization_env: str | None = None  # a variable holding a bearer token
+    where: str = field(default="mcp_servers", compare=False)
+
+    def headers(self) -> dict[str, str]:
+        """The headers to send, read from the environment now; ValueError naming a missing variable."""
+        out: dict[str, str] = {}
+        wanted = dict(self.headers_env)
+        if self.authorization_env:
+            wanted["Authorization"] = self.authorization_env
+        for header, variable in wanted.items():
+            value = os.environ.get(variable)
+            if not value:
+                raise ValueError(f"{self.where}: the environment variable {variable} is not set")
+            out[header] = (
+                f"Bearer {value}"
+                if header == "Authorization" and variable == self.authorization_env
+                else value
+            )
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     models: tuple[ModelConfig, ...] = ()
+    mcp_servers: tuple[McpServerConfig, ...] = ()
     # The embedded model stays available as ``gemma-3-270m`` unless the file says ``local: false``.
     local: bool = True
     upstream: UpstreamConfig = UpstreamConfig()
@@ -230,7 +265,50 @@ class _Parser:
             raise self.fail(models_node, "models", "must be a list")
         models = [self.model(n, f"models[{i}]") for i, n in enumerate(models_node.value)]
         self.cross_check(models, models_node, local)
-        return GatewayConfig(models=tuple(models), local=local, upstream=upstream)
+        servers: list[McpServerConfig] = []
+        if "mcp_servers" in top:
+            node = top["mcp_servers"]
+            if not isinstance(node, yaml.SequenceNode):
+                raise self.fail(node, "mcp_servers", "must be a list")
+            for i, entry in enumerate(node.value):
+                server = self.mcp_server(entry, f"mcp_servers[{i}]")
+                if any(s.label == server.label for s in servers):
+                    raise self.fail(entry, f"mcp_servers[{i}]", f"label {server.label!r} is already used")
+                servers.append(server)
+        return GatewayConfig(models=tuple(models), mcp_servers=tuple(servers), local=local, upstream=upstream)
+
+    def mcp_server(self, node: yaml.Node, where: str) -> McpServerConfig:
+        m = self.mapping(node, where, _MCP_KEYS)
+        for required in ("label", "url"):
+            if required not in m:
+                raise self.fail(node, where, f"missing required key {required!r}")
+        label = self.scalar(m["label"], f"{where}.label", str)
+        if not all(c.isascii() and (c.isalnum() or c in "_-") for c in label) or len(label) > 64:
+            raise self.fail(m["label"], f"{where}.label", "must be 1 to 64 letters, digits, '_' or '-'")
+        url = self.scalar(m["url"], f"{where}.url", str)
+        if not url.startswith(("http://", "https://")):
+            raise self.fail(m["url"], f"{where}.url", "must start with http:// or https://")
+        transport = self.scalar(m["transport"], f"{where}.transport", str) if "transport" in m else "auto"
+        if transport not in MCP_TRANSPORTS:
+            raise self.fail(
+                m["transport"], f"{where}.transport", f"must be one of {', '.join(MCP_TRANSPORTS)}"
+            )
+        headers: dict[str, str] = {}
+        if "headers_env" in m:
+            h = m["headers_env"]
+            if not isinstance(h, yaml.MappingNode):
+                raise self.fail(h, f"{where}.headers_env", "must map header names to environment variables")
+            for key_node, value_node in h.value:
+                key = self.scalar(key_node, f"{where}.headers_env", str)
+                headers[key] = self.scalar(value_node, f"{where}.headers_env.{key}", str)
+        auth = (
+            self.scalar(m["authorization_env"], f"{where}.authorization_env", str)
+            if "authorization_env" in m
+            else None
+        )
+        return McpServerConfig(
+            label, url, transport, headers, auth, where=f"{self.filename}:{node.start_mark.line + 1}: {where}"
+        )
 
     def upstream(self, node: yaml.Node) -> UpstreamConfig:
         u = self.mapping(node, "upstream", _UPSTREAM_KEYS)

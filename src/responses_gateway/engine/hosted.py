@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,27 @@ class HostedUse(ABC):
     def spec(self) -> HostedSpec:
         """How the builder shows this tool's calls (item type, its opening fields, the streamed argument)."""
 
+    def specs(self) -> dict[str, HostedSpec]:
+        """Every function this use offers, by name, and how its calls are shown. One by default; a use
+        that stands for several tools (an MCP server's) offers one function per tool."""
+        return {self.tool.function_name: self.spec()}
+
+    def functions(self) -> list[JSON]:
+        """The function tools the model is offered for this use (in ``specs()``'s names)."""
+        return [self.tool.function({})]
+
+    def claims(self, name: str) -> bool:
+        """Whether a client's function named ``name`` would collide with this use's functions."""
+        return name == self.tool.function_name
+
+    async def prepare(
+        self, builder: StreamBuilder, ctx: RunContext, extra: list[JSON]
+    ) -> AsyncGenerator[None, None]:
+        """Work before the first model turn (an MCP server's tools listed, approved calls run),
+        yielding when ``builder`` has events; history items the model must read go to ``extra``."""
+        return
+        yield
+
     @abstractmethod
     def run(
         self, call: HostedCall, item: Item, builder: StreamBuilder, ctx: RunContext
@@ -77,10 +98,25 @@ class HostedTool(ABC):
     type: str  # the tool type in ``tools`` ("code_interpreter")
     kind: str  # the output item type ("code_interpreter_call")
     function_name: str  # the function the model is offered
+    # Every item type this tool owns in a history (an MCP server's calls, tool lists, approvals).
+    kinds: tuple[str, ...] = ()
+    # Several configs of this tool in one request (MCP servers, one per label); else one at most.
+    several = False
+
+    def item_kinds(self) -> tuple[str, ...]:
+        return self.kinds or (self.kind,)
+
+    def declared(self, items: list[JSON]) -> list[JSON]:
+        """Functions declared (not callable) for a history with this tool's calls and no config."""
+        return [self.function({})] if any(item.get("type") == self.kind for item in items) else []
 
     @abstractmethod
     def function(self, config: JSON) -> JSON:
         """The function tool the model is offered instead of ``config``."""
+
+    def choice(self, choice: JSON) -> str | JSON:
+        """``tool_choice`` naming this tool, as the back end gets it."""
+        return {"type": "function", "name": self.function_name}
 
     @abstractmethod
     def unavailable(self) -> str | None:
@@ -95,9 +131,10 @@ class HostedTool(ABC):
         another instance, say) before it is called."""
 
     @abstractmethod
-    def history(self, item: JSON, owner: str | None) -> tuple[JSON, JSON]:
+    def history(self, item: JSON, owner: str | None, items: list[JSON]) -> tuple[JSON, JSON] | None:
         """One of this tool's items (from an earlier turn or response) as input a back end accepts:
-        the function call the model made and its output. Raises RequestError for a malformed item."""
+        the function call the model made and its output, or None when the back end need not see it
+        (``items``: the whole history it is part of). Raises RequestError for a malformed item."""
 
 
 @dataclass(slots=True)
@@ -106,18 +143,35 @@ class Plan:
 
     uses: dict[str, HostedUse] = field(default_factory=dict)  # function name -> use
     kinds: dict[str, HostedTool] = field(default_factory=dict)  # item type -> tool, for history
-    # The function tools that stand for hosted tools, and what tool_choice becomes after a turn that
-    # called one (a forced choice is honoured once, then the model decides).
-    functions: list[JSON] = field(default_factory=list)
+    # What tool_choice becomes after a turn that called a hosted tool (a forced choice is honoured
+    # once, then the model decides).
     later_choice: str | JSON = "auto"
+    # The request's tools in order, a hosted tool's config standing as its use (see ``tools``).
+    layout: list[JSON | HostedUse] = field(default_factory=list)
+    all_uses: list[HostedUse] = field(default_factory=list)
+
+    def add(self, use: HostedUse) -> None:
+        self.all_uses.append(use)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Rebuild the function name -> use table (a use's functions may change in ``prepare``)."""
+        self.uses = {name: use for use in self.all_uses for name in use.specs()}
+
+    def tools(self) -> list[JSON]:
+        """The request's tools as the back end gets them: each hosted tool as its functions."""
+        out: list[JSON] = []
+        for entry in self.layout:
+            out.extend(entry.functions() if isinstance(entry, HostedUse) else [entry])
+        return out
 
     def install(self, builder: StreamBuilder) -> None:
-        builder.hosted = {name: use.spec() for name, use in self.uses.items()}
-        if self.uses:
+        builder.hosted = {name: spec for use in self.all_uses for name, spec in use.specs().items()}
+        if self.all_uses:
             builder.annotate_text = self.citations
 
     def citations(self, text: str) -> list[JSON]:
-        return [a for use in self.uses.values() for a in use.citations(text)]
+        return [a for use in self.all_uses for a in use.citations(text)]
 
     def history(self, items: list[JSON], owner: str | None) -> list[JSON]:
         """``items`` with every hosted item rewritten as its function call and output. A run of
@@ -135,11 +189,12 @@ class Plan:
                 out.append(item)
                 continue
             try:
-                call, output = tool.history(item, owner)
+                pair = tool.history(item, owner, items)
             except RequestError as exc:
                 raise RequestError(exc.message, param=f"input[{i}]{exc.param or ''}") from None
-            calls.append(call)
-            outputs.append(output)
+            if pair is not None:
+                calls.append(pair[0])
+                outputs.append(pair[1])
         out.extend(calls)
         out.extend(outputs)
         return out
@@ -151,7 +206,7 @@ class Plan:
         return dataclasses.replace(request, tool_choice="none")
 
     async def aclose(self) -> None:
-        for use in self.uses.values():
+        for use in self.all_uses:
             await use.aclose()
 
 
@@ -174,7 +229,7 @@ async def plan_hosted(
     if not hosted:
         return None
     offered = [(i, t) for i, t in enumerate(request.tools) if t.get("type") in hosted]
-    kinds = {tool.kind: tool for tool in hosted.values()}
+    kinds = {kind: tool for tool in hosted.values() for kind in tool.item_kinds()}
     in_history = any(item.get("type") in kinds for item in request.input)
     if not offered and not in_history:
         return None
@@ -187,12 +242,11 @@ async def plan_hosted(
         if not offered and not request.tools:
             # Tool calls in the history need a declared tool on some back ends (Anthropic refuses
             # tool_use blocks without ``tools``): declared, not callable.
-            request.tools = [
-                tool.function({}) for tool in hosted.values() if tool.kind in _kinds_in(original)
-            ]
+            request.tools = [f for tool in hosted.values() for f in tool.declared(original)]
             request.tool_choice = "none"
-    names = {t.get("name") for t in request.tools if t.get("type") == "function"}
-    replaced: dict[int, JSON] = {}
+    names = {str(t.get("name")) for t in request.tools if t.get("type") == "function"}
+    replaced: dict[int, HostedUse] = {}
+    types_used: set[str] = set()
     try:
         for i, config in offered:
             tool = hosted[config["type"]]
@@ -203,39 +257,41 @@ async def plan_hosted(
                 raise RequestError(
                     f"The {tool.type} tool is not available on this gateway: {why}", param=f"tools[{i}]"
                 )
-            if tool.function_name in plan.uses:
+            if tool.type in types_used and not tool.several:
                 raise RequestError(f"Only one {tool.type} tool may be given.", param=f"tools[{i}]")
-            if tool.function_name in names:
+            use = await tool.use(config, param=f"tools[{i}]", history=original, ctx=ctx)
+            plan.add(use)
+            types_used.add(tool.type)
+            replaced[i] = use
+            clash = next((n for n in sorted(names) if use.claims(n)), None)
+            if clash is not None:
                 raise RequestError(
-                    f"A function tool is named {tool.function_name!r}, the name the {tool.type} tool "
-                    "is offered to the model under; rename the function.",
+                    f"A function tool is named {clash!r}, a name the {tool.type} tool is offered to the "
+                    "model under; rename the function.",
                     param=f"tools[{i}]",
                 )
-            plan.uses[tool.function_name] = await tool.use(
-                config, param=f"tools[{i}]", history=original, ctx=ctx
-            )
-            replaced[i] = tool.function(config)
     except BaseException:
         await plan.aclose()
         raise
-    plan.functions = list(replaced.values())
-    request.tools = [replaced.get(i, t) for i, t in enumerate(request.tools)]
+    plan.layout = [replaced.get(i, t) for i, t in enumerate(request.tools)]
+    request.tools = plan.tools()
     choice = request.tool_choice
     if isinstance(choice, dict) and choice.get("type") in hosted:
         tool = hosted[choice["type"]]
-        if tool.function_name not in plan.uses and tool.type in drop:
+        if tool.type not in types_used and tool.type in drop:
             return plan if plan.uses or in_history else None
-        if tool.function_name not in plan.uses:
+        if tool.type not in types_used:
             await plan.aclose()
             raise RequestError(
                 f"tool_choice names {tool.type}, which is not among the tools.", param="tool_choice"
             )
-        request.tool_choice = {"type": "function", "name": tool.function_name}
+        request.tool_choice = tool.choice(choice)
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        allowed = [
-            {"type": "function", "name": hosted[t["type"]].function_name} if t.get("type") in hosted else t
-            for t in choice.get("tools", [])
-        ]
+        allowed: list[JSON] = []
+        for t in choice.get("tools", []):
+            mapped = hosted[t["type"]].choice(t) if t.get("type") in hosted else t
+            if isinstance(mapped, dict):  # (an MCP server named without a tool stands for no function)
+                allowed.append(mapped)
         request.tool_choice = {**choice, "tools": allowed}
     # A forced choice is honoured for the first turn; after a hosted call the model decides (else it
     # would be forced to call again, turn after turn). A list of allowed tools stays.
@@ -243,10 +299,6 @@ async def plan_hosted(
     if later == "required" or (isinstance(later, dict) and later.get("type") != "allowed_tools"):
         later = "auto"
     plan.later_choice = later
-    if not plan.uses and not in_history:
+    if not plan.all_uses and not in_history:
         return None  # every hosted tool was left for the server to drop
     return plan
-
-
-def _kinds_in(items: list[JSON]) -> set[str]:
-    return {str(item.get("type")) for item in items}

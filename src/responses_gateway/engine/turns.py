@@ -33,7 +33,9 @@ JSON = dict[str, Any]
 
 # Model turns one Response may take; past it the hosted tools are no longer offered (the model answers).
 MAX_TURNS = 16
-_CLIENT_CALLS = frozenset({"function_call", "custom_tool_call"})
+# Items that end the Response after their turn: the model waits for the client (its own functions'
+# outputs, or an approval of an MCP call).
+_CLIENT_CALLS = frozenset({"function_call", "custom_tool_call", "mcp_approval_request"})
 UNFINISHED = "The model stopped before finishing the response."
 
 
@@ -68,6 +70,18 @@ class Engine(Provider):
         calls_left = request.max_tool_calls
         turns = 0
         try:
+            # Before the first turn: each use's own work (an MCP server's tools listed, calls the
+            # client approved run); what the model must read of it joins the input.
+            extra: list[JSON] = []
+            for use in list(plan.all_uses):
+                async with contextlib.aclosing(use.prepare(builder, self.ctx, extra)) as steps:
+                    async for _ in steps:
+                        yield
+            plan.refresh()
+            plan.install(builder)
+            if extra or plan.layout:
+                tools = plan.tools() if plan.layout else request.tools
+                request = dataclasses.replace(request, input=[*request.input, *extra], tools=tools)
             while True:
                 turns += 1
                 builder.defer_finish = True

@@ -573,7 +573,10 @@ class StreamBuilder:
             namespace, name = self.tool_namespaces[name]
         spec = self.hosted.get(name) if namespace is None else None
         if spec is not None:
-            hosted = self.open_tool_call(spec.kind, **spec.fields)
+            if spec.kind in TOOL_PHASES:
+                hosted = self.open_tool_call(spec.kind, **spec.fields)
+            else:  # an item with no phases (``mcp_approval_request``): shown whole when it closes
+                hosted = self._open_item(spec.kind, dict(spec.fields), None)
             hosted.call = HostedCall(name, call_id or self._new_id("call"), spec.stream_key)
             return hosted
         data: JSON = {
@@ -614,7 +617,18 @@ class StreamBuilder:
         if not delta:
             return
         call.buf.append(delta)
-        if call.stream is not None:
+        if item.kind == "mcp_call":  # the arguments stream as they are, as the MCP call's own
+            item.buf.append(delta)
+            self._emit(
+                {
+                    "type": "response.mcp_call_arguments.delta",
+                    "sequence_number": 0,
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "delta": delta,
+                }
+            )
+        elif call.stream is not None:
             text = call.stream.feed(delta)
             if text:
                 self.code_delta(item, text)
@@ -627,6 +641,23 @@ class StreamBuilder:
         if call.ready:
             raise BuilderError(f"{item!r}: the call was already closed")
         call.arguments = "".join(call.buf) or "{}"
+        if item.kind not in TOOL_PHASES:
+            # Not run by the engine (an approval request): the item is complete as the model wrote it.
+            item.data["arguments"] = call.arguments
+            self._close_item(item, None)
+            return
+        if item.kind == "mcp_call":
+            item.buf = []
+            item.data["arguments"] = call.arguments
+            self._emit(
+                {
+                    "type": "response.mcp_call_arguments.done",
+                    "sequence_number": 0,
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "arguments": call.arguments,
+                }
+            )
         value: str | None = None
         if call.stream is not None:
             value, rest = call.stream.finish(call.arguments)
@@ -709,14 +740,17 @@ class StreamBuilder:
         self._close_item(item, status)
 
     # ------------------------------------------------------------------ built-in tool calls
-    def open_tool_call(self, kind: str, *, item_id: str | None = None, **fields: Any) -> Item:
+    def open_tool_call(
+        self, kind: str, *, item_id: str | None = None, with_status: bool = True, **fields: Any
+    ) -> Item:
         """Open a built-in tool call item (``web_search_call``, ``code_interpreter_call``…).
 
-        Emits ``output_item.added`` and the ``<kind>.in_progress`` event.
+        Emits ``output_item.added`` and the ``<kind>.in_progress`` event. ``with_status=False`` for an
+        item type without a ``status`` field (``mcp_list_tools``).
         """
         if kind not in TOOL_PHASES:
             raise BuilderError(f"unknown built-in tool call type {kind!r}")
-        data: JSON = {"status": "in_progress"}
+        data: JSON = {"status": "in_progress"} if with_status else {}
         data.update(fields)
         item = self._open_item(kind, data, item_id)
         self._tool_event(item, "in_progress")
@@ -820,6 +854,10 @@ class StreamBuilder:
             if item.call is not None:
                 if item.call.ready and self.defer_finish:
                     continue  # the engine runs it and closes it
+                if item.kind not in TOOL_PHASES:  # an approval request cut short: never approvable
+                    item.data["arguments"] = "".join(item.call.buf)
+                    self._close_item(item, None)
+                    continue
                 # A hosted call never finished (or never run): it did not complete.
                 self.close_tool_call(item, status="incomplete")
                 continue

@@ -28,7 +28,22 @@ __all__ = [
     "check_nesting",
     "echo_tool",
     "parse_request",
+    "public_tools",
 ]
+
+# Tool fields that carry credentials for a server the tool reaches: sent there, never echoed or stored.
+SECRET_TOOL_FIELDS = ("headers", "authorization")
+
+
+def public_tools(tools: list[JSON]) -> list[JSON]:
+    """``tools`` without credentials (an MCP tool's ``headers`` and ``authorization``), as OpenAI
+    echoes them on the Response."""
+    return [
+        {k: v for k, v in tool.items() if k not in SECRET_TOOL_FIELDS}
+        if isinstance(tool, dict) and tool.get("type") == "mcp"
+        else tool
+        for tool in tools
+    ]
 
 
 @dataclass(slots=True)

@@ -17,6 +17,8 @@ import orjson
 
 from ..engine import HostedTool
 from ..engine.tools import CodeInterpreter, ContainerPool
+from ..engine.tools.mcp import McpLimits, McpTool
+from ..netguard import NetGuard, NetPolicy
 from ..providers.base import Provider
 from ..redaction import REDACTOR, install_log_scrubbing
 from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
@@ -89,7 +91,17 @@ class GatewayApp:
         # The tools the engine runs for back ends that cannot (engine/tools/): by tool type.
         data_dir = self.config.data_dir
         self.containers = ContainerPool(lambda: None if data_dir is None else Path(data_dir) / "containers")
-        self.hosted_tools: dict[str, HostedTool] = {"code_interpreter": CodeInterpreter(self.containers)}
+        cfg = self.config
+        self.net_guard = NetGuard(NetPolicy(cfg.tool_allow_hosts, cfg.tool_allow_networks))
+        mcp = McpTool(
+            {server.label: server for server in cfg.mcp_servers},
+            self.net_guard,
+            McpLimits(call_timeout=cfg.mcp_call_timeout),
+        )
+        self.hosted_tools: dict[str, HostedTool] = {
+            "code_interpreter": CodeInterpreter(self.containers),
+            "mcp": mcp,
+        }
         self.responses = ResponsesAPI(self)
         self.websockets = WebSocketAPI(self.responses)
         self.router = Router()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..engine.tools.mcp import McpServerSpec
 from ..protocol.request import TOOL_TYPES
 
 KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
@@ -69,6 +70,13 @@ class ServerConfig:
     # OpenTelemetry traces (server/tracing.py): off, console (spans printed) or otlp (OTLP/HTTP
     # exporter, configured by the standard OTEL_EXPORTER_OTLP_* variables).
     traces: TracesMode = "off"
+    # Where hosted tools may connect for a request (netguard.py): host names a request-supplied URL
+    # may name (empty: any public host), and non-public networks still allowed ("127.0.0.1/32").
+    tool_allow_hosts: tuple[str, ...] = ()
+    tool_allow_networks: tuple[str, ...] = ()
+    # MCP servers the models file names (a request may use them by label alone), and one call's limit.
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+    mcp_call_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
@@ -85,6 +93,8 @@ class ServerConfig:
             raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
         if self.traces not in ("off", "console", "otlp"):
             raise ValueError(f"traces must be off, console or otlp, not {self.traces!r}")
+        if self.mcp_call_timeout <= 0:
+            raise ValueError("mcp_call_timeout must be positive")
         if self.keepalive_interval <= 0:
             raise ValueError("keepalive_interval must be positive")
         if self.max_body_bytes <= 0:

@@ -34,7 +34,14 @@ import orjson
 from ..engine import Engine, HostedTool, RunContext, plan_hosted
 from ..engine.compaction import ContextCompaction, compact, expand
 from ..protocol.builder import StreamBuilder
-from ..protocol.request import INCLUDABLE, RequestError, ResponseRequest, echo_tool, parse_request
+from ..protocol.request import (
+    INCLUDABLE,
+    RequestError,
+    ResponseRequest,
+    echo_tool,
+    parse_request,
+    public_tools,
+)
 from ..protocol.response import new_response
 from ..providers.base import Provider, ProviderError
 from ..providers.fallback import FallbackProvider
@@ -526,10 +533,12 @@ class ResponsesAPI:
         client_tools, flattening, store = ready.client_tools, ready.flattening, app.store
         seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
         echo = request.echo()
-        echo["tools"], echo["tool_choice"] = client_tools
+        echo["tools"], echo["tool_choice"] = public_tools(client_tools[0]), client_tools[1]
         if flattening.dropped:
             # The Response says which tools the model had: the dropped ones are not among them.
-            echo["tools"] = [t for i, t in enumerate(client_tools[0]) if i not in flattening.dropped]
+            echo["tools"] = public_tools(
+                [t for i, t in enumerate(client_tools[0]) if i not in flattening.dropped]
+            )
         echo["tools"] = [echo_tool(tool) for tool in echo["tools"]]
         if store is None:
             # Nothing is kept without a store: the response must not claim it was stored.
@@ -549,7 +558,9 @@ class ResponsesAPI:
         rid = builder.response["id"]
         snapshot = builder.snapshot()
         try:
-            created = store.responses.create_response(owner, snapshot, request=request.raw, input_items=turn)
+            created = store.responses.create_response(
+                owner, snapshot, request=_stored_request(request.raw), input_items=turn
+            )
             metrics = app.observer.metrics
             await (created if metrics is None else metrics.timed("create_response", created))
         except NotFound as exc:  # the conversation was deleted meanwhile
@@ -797,3 +808,11 @@ def _needs_lookup(item: JSON) -> bool:
     if kind == "item_reference":
         return True
     return kind == "reasoning" and not item.get("encrypted_content") and isinstance(item.get("id"), str)
+
+
+def _stored_request(raw: JSON) -> JSON:
+    """The request as stored: without the credentials a tool carries (headers, authorization)."""
+    tools = raw.get("tools")
+    if not isinstance(tools, list):
+        return raw
+    return {**raw, "tools": public_tools(tools)}

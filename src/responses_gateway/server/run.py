@@ -11,9 +11,11 @@ import os
 import socket
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 import uvicorn
 
+from ..engine.tools.mcp import McpServerSpec
 from ..paths import DATA_DIR_ENV
 from ..paths import data_dir as resolve_data_dir
 from ..providers.scripted import ScriptedProvider, ScriptError
@@ -30,6 +32,9 @@ from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_fro
 from .request_log import JSONFormatter
 from .streaming import stop_all_runs
 from .websocket import UVICORN_WS
+
+if TYPE_CHECKING:
+    from ..config import GatewayConfig
 
 __all__ = ["add_serve_arguments", "build_app", "serve"]
 
@@ -221,6 +226,29 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "asks for it is still refused (repeatable)",
     )
     parser.add_argument(
+        "--tool-allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host a request-supplied tool URL (an MCP server_url, a page web_search opens) may name: "
+        "exact, or *.example.com for its subdomains (repeatable; none given: any public host)",
+    )
+    parser.add_argument(
+        "--tool-allow-network",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a non-public network hosted tools may still connect to for a request (e.g. 127.0.0.1/32; "
+        "loopback, private, link-local addresses are refused otherwise; repeatable)",
+    )
+    parser.add_argument(
+        "--mcp-call-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="the longest one MCP tool call (or listing) may take before it fails (default 60)",
+    )
+    parser.add_argument(
         "--head-timeout",
         type=float,
         default=DEFAULT_HEAD_TIMEOUT,
@@ -281,13 +309,13 @@ def store_settings(args: argparse.Namespace) -> tuple[str | None, str | None, st
     return store, redis, data_dir
 
 
-def build_registry(args: argparse.Namespace) -> ModelRegistry:
+def build_registry(args: argparse.Namespace, models: GatewayConfig | None = None) -> ModelRegistry:
     """The models ``serve`` offers: the models file's (--config), the embedded one (unless --no-local or
     the file's ``local: false``), plus each --script."""
     if args.config:
         from ..config import load_config
 
-        models = load_config(args.config)
+        models = models or load_config(args.config)
         registry = registry_from_config(
             models,
             local=not args.no_local,
@@ -309,6 +337,15 @@ def build_registry(args: argparse.Namespace) -> ModelRegistry:
 def build_app(args: argparse.Namespace) -> GatewayApp:
     """The ASGI app for parsed ``serve`` options."""
     store_url, redis_url, data_dir = store_settings(args)
+    models: GatewayConfig | None = None
+    if args.config:
+        from ..config import load_config
+
+        models = load_config(args.config)
+    mcp_servers = tuple(
+        McpServerSpec(s.label, s.url, s.headers(), s.transport)
+        for s in (models.mcp_servers if models else ())
+    )
     config = ServerConfig(
         keepalive=args.keepalive,
         keepalive_interval=args.keepalive_interval,
@@ -331,8 +368,12 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         metrics=args.metrics,
         metrics_public=args.metrics_public,
         traces=args.traces,
+        tool_allow_hosts=tuple(args.tool_allow_host),
+        tool_allow_networks=tuple(args.tool_allow_network),
+        mcp_servers=mcp_servers,
+        mcp_call_timeout=args.mcp_call_timeout,
     )
-    return GatewayApp(build_registry(args), config, preload=args.preload)
+    return GatewayApp(build_registry(args, models), config, preload=args.preload)
 
 
 def _describe_store(url: str | None) -> str:

@@ -138,7 +138,7 @@ class CodeInterpreter(HostedTool):
     async def recall(self, items: list[JSON], owner: str | None) -> None:
         await self.pool.recall(owner, [i["id"] for i in items if isinstance(i.get("id"), str)])
 
-    def history(self, item: JSON, owner: str | None) -> tuple[JSON, JSON]:
+    def history(self, item: JSON, owner: str | None, items: list[JSON]) -> tuple[JSON, JSON] | None:
         item_id = item.get("id")
         code = item.get("code")
         if not isinstance(item_id, str) or not item_id:
