@@ -187,10 +187,10 @@ BAD_REQUESTS: list[tuple[Any, int, dict[str, Any]]] = [
     ),
     # Capabilities of the chosen back end.
     (
-        {"model": "m", "input": "hi", "tools": [{"type": "web_search"}]},
+        {"model": "m", "input": "hi", "tools": [{"type": "image_generation"}]},
         400,
         _err(
-            "Unsupported parameter: 'tools[0].type' (web_search) is not supported with this model.",
+            "Unsupported parameter: 'tools[0].type' (image_generation) is not supported with this model.",
             "tools[0].type",
         ),
     ),

@@ -29,6 +29,7 @@ __all__ = [
     "ModelConfig",
     "Timeouts",
     "UpstreamConfig",
+    "WebSearchConfig",
     "load_config",
     "parse_config",
 ]
@@ -63,7 +64,9 @@ _UPSTREAM_KEYS = {
     "max_event_bytes",
     "max_error_body_bytes",
 }
-_TOP_KEYS = {"models", "local", "upstream", "mcp_servers"}
+_TOP_KEYS = {"models", "local", "upstream", "mcp_servers", "web_search"}
+_SEARCH_KEYS = {"backend", "url", "api_key_env"}
+SEARCH_BACKENDS = ("searxng", "brave")
 _MCP_KEYS = {"label", "url", "transport", "headers_env", "authorization_env"}
 MCP_TRANSPORTS = ("auto", "streamable_http", "sse")
 
@@ -170,9 +173,27 @@ class McpServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSearchConfig:
+    """The search engine the hosted ``web_search`` tool asks (the file's ``web_search:``): SearXNG's
+    JSON API at ``url``, or the Brave Search API with its key in the variable ``api_key_env``."""
+
+    backend: str
+    url: str | None = None
+    api_key_env: str | None = None
+    where: str = field(default="web_search", compare=False)
+
+    def api_key(self) -> str:
+        value = os.environ.get(self.api_key_env or "")
+        if not value:
+            raise ValueError(f"{self.where}: the environment variable {self.api_key_env} is not set")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     models: tuple[ModelConfig, ...] = ()
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    web_search: WebSearchConfig | None = None
     # The embedded model stays available as ``gemma-3-270m`` unless the file says ``local: false``.
     local: bool = True
     upstream: UpstreamConfig = UpstreamConfig()
@@ -275,7 +296,39 @@ class _Parser:
                 if any(s.label == server.label for s in servers):
                     raise self.fail(entry, f"mcp_servers[{i}]", f"label {server.label!r} is already used")
                 servers.append(server)
-        return GatewayConfig(models=tuple(models), mcp_servers=tuple(servers), local=local, upstream=upstream)
+        search = self.web_search(top["web_search"]) if "web_search" in top else None
+        return GatewayConfig(
+            models=tuple(models),
+            mcp_servers=tuple(servers),
+            web_search=search,
+            local=local,
+            upstream=upstream,
+        )
+
+    def web_search(self, node: yaml.Node) -> WebSearchConfig:
+        m = self.mapping(node, "web_search", _SEARCH_KEYS)
+        if "backend" not in m:
+            raise self.fail(node, "web_search", "missing required key 'backend' (searxng or brave)")
+        backend = self.scalar(m["backend"], "web_search.backend", str)
+        if backend not in SEARCH_BACKENDS:
+            raise self.fail(
+                m["backend"], "web_search.backend", f"must be one of {', '.join(SEARCH_BACKENDS)}"
+            )
+        url = self.scalar(m["url"], "web_search.url", str) if "url" in m else None
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise self.fail(m["url"], "web_search.url", "must start with http:// or https://")
+        if backend == "searxng" and url is None:
+            raise self.fail(
+                node, "web_search", "backend 'searxng' needs 'url' (the instance, e.g. http://127.0.0.1:8888)"
+            )
+        key = self.scalar(m["api_key_env"], "web_search.api_key_env", str) if "api_key_env" in m else None
+        if backend == "brave" and key is None:
+            raise self.fail(
+                node, "web_search", "backend 'brave' needs 'api_key_env' (the variable holding its key)"
+            )
+        return WebSearchConfig(
+            backend, url, key, where=f"{self.filename}:{node.start_mark.line + 1}: web_search"
+        )
 
     def mcp_server(self, node: yaml.Node, where: str) -> McpServerConfig:
         m = self.mapping(node, where, _MCP_KEYS)

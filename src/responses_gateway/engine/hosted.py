@@ -102,6 +102,8 @@ class HostedTool(ABC):
     kinds: tuple[str, ...] = ()
     # Several configs of this tool in one request (MCP servers, one per label); else one at most.
     several = False
+    # Unavailable by the operator's choice (nothing configured), not by a fault: not warned about.
+    optional = False
 
     def item_kinds(self) -> tuple[str, ...]:
         return self.kinds or (self.kind,)
@@ -251,8 +253,15 @@ async def plan_hosted(
         for i, config in offered:
             tool = hosted[config["type"]]
             why = tool.unavailable()
-            if why is not None and tool.type in drop:
+            if why is not None and (tool.type in drop or config["type"] in drop):
                 continue
+            if why is not None and tool.optional:
+                # Not configured: refused as any tool the model lacks, saying how to configure it.
+                raise RequestError(
+                    f"Unsupported parameter: 'tools[{i}].type' ({config['type']}) is not supported with "
+                    f"this model ({why}).",
+                    param=f"tools[{i}].type",
+                )
             if why is not None:
                 raise RequestError(
                     f"The {tool.type} tool is not available on this gateway: {why}", param=f"tools[{i}]"
@@ -276,7 +285,11 @@ async def plan_hosted(
     plan.layout = [replaced.get(i, t) for i, t in enumerate(request.tools)]
     request.tools = plan.tools()
     choice = request.tool_choice
-    if isinstance(choice, dict) and choice.get("type") in hosted:
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") in hosted
+        and (not hosted[choice["type"]].optional or hosted[choice["type"]].unavailable() is None)
+    ):
         tool = hosted[choice["type"]]
         if tool.type not in types_used and tool.type in drop:
             return plan if plan.uses or in_history else None
@@ -289,7 +302,8 @@ async def plan_hosted(
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         allowed: list[JSON] = []
         for t in choice.get("tools", []):
-            mapped = hosted[t["type"]].choice(t) if t.get("type") in hosted else t
+            used = t.get("type") in hosted and hosted[t["type"]].type in types_used
+            mapped = hosted[t["type"]].choice(t) if used else t
             if isinstance(mapped, dict):  # (an MCP server named without a tool stands for no function)
                 allowed.append(mapped)
         request.tool_choice = {**choice, "tools": allowed}

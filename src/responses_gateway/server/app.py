@@ -18,6 +18,7 @@ import orjson
 from ..engine import HostedTool
 from ..engine.tools import CodeInterpreter, ContainerPool
 from ..engine.tools.mcp import McpLimits, McpTool
+from ..engine.tools.web_search import WEB_SEARCH_TYPES, WebSearch
 from ..netguard import NetGuard, NetPolicy
 from ..providers.base import Provider
 from ..redaction import REDACTOR, install_log_scrubbing
@@ -98,9 +99,14 @@ class GatewayApp:
             self.net_guard,
             McpLimits(call_timeout=cfg.mcp_call_timeout),
         )
+        search = WebSearch(cfg.search_backend, self.net_guard)
+        secrets = getattr(cfg.search_backend, "secrets", None)
+        if secrets is not None:
+            REDACTOR.add(*secrets())
         self.hosted_tools: dict[str, HostedTool] = {
             "code_interpreter": CodeInterpreter(self.containers),
             "mcp": mcp,
+            **dict.fromkeys(WEB_SEARCH_TYPES, search),
         }
         self.responses = ResponsesAPI(self)
         self.websockets = WebSocketAPI(self.responses)
@@ -227,7 +233,9 @@ class GatewayApp:
 
     async def _check_hosted_tools(self) -> None:
         """Say at start-up which hosted tools cannot run here, and why (requests for them get a 400)."""
-        for tool in self.hosted_tools.values():
+        for tool in dict.fromkeys(self.hosted_tools.values()):
+            if tool.optional:
+                continue
             why = await asyncio.to_thread(tool.unavailable)
             if why is not None:
                 log.warning("the %s tool is unavailable: %s (requests with it get a 400)", tool.type, why)

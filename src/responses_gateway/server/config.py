@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..engine.tools.mcp import McpServerSpec
+from ..engine.tools.web_search import SearchBackend
 from ..protocol.request import TOOL_TYPES
 
 KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
@@ -77,6 +78,8 @@ class ServerConfig:
     # MCP servers the models file names (a request may use them by label alone), and one call's limit.
     mcp_servers: tuple[McpServerSpec, ...] = ()
     mcp_call_timeout: float = 60.0
+    # The search engine web_search asks for back ends without native search (None: the tool is refused).
+    search_backend: SearchBackend | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):

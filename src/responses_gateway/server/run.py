@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from ..engine.tools.mcp import McpServerSpec
+from ..engine.tools.web_search import BraveBackend, SearchBackend, SearxngBackend
 from ..paths import DATA_DIR_ENV
 from ..paths import data_dir as resolve_data_dir
 from ..providers.scripted import ScriptedProvider, ScriptError
@@ -346,6 +347,14 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         McpServerSpec(s.label, s.url, s.headers(), s.transport)
         for s in (models.mcp_servers if models else ())
     )
+    search: SearchBackend | None = None
+    if models is not None and models.web_search is not None:
+        ws = models.web_search
+        if ws.backend == "searxng":
+            assert ws.url is not None
+            search = SearxngBackend(ws.url)
+        else:
+            search = BraveBackend(ws.api_key(), ws.url)
     config = ServerConfig(
         keepalive=args.keepalive,
         keepalive_interval=args.keepalive_interval,
@@ -372,6 +381,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         tool_allow_networks=tuple(args.tool_allow_network),
         mcp_servers=mcp_servers,
         mcp_call_timeout=args.mcp_call_timeout,
+        search_backend=search,
     )
     return GatewayApp(build_registry(args, models), config, preload=args.preload)
 
