@@ -17,8 +17,10 @@ import anyio
 import orjson
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 HUGE_CHARS = 300_000
+LEAKED = "k-very-secret-123"  # the credential tests send, which ``leak`` echoes
 
 
 def make_server() -> MCPServer:
@@ -44,6 +46,11 @@ def make_server() -> MCPServer:
         """Takes far too long."""
         await anyio.sleep(20)
         return "late"
+
+    @server.tool()
+    def leak() -> str:
+        """Fails, echoing the credential the test sends (a server that echoes credentials)."""
+        raise ToolError(f"bad token {LEAKED}")
 
     @server.tool()
     def huge() -> str:

@@ -27,7 +27,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from conftest import Gateway, check_stream, decode_sse, start_gateway
-from mcp_servers import HUGE_CHARS, Served, free_port, serve_sse, serve_streamable_http
+from mcp_servers import HUGE_CHARS, LEAKED, Served, free_port, serve_sse, serve_streamable_http
 from responses_gateway.engine.tools.mcp import McpServerSpec
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.scripted import ScriptedProvider
@@ -35,7 +35,7 @@ from upstream_mock import UpstreamMock, encode_chunks, stream_reply
 
 JSON = dict[str, Any]
 EVENT = TypeAdapter(ResponseStreamEvent)
-SECRET = "k-very-secret-123"
+SECRET = LEAKED
 CONF_SECRET = "conf-secret-456"
 
 
@@ -59,6 +59,7 @@ SCRIPTS: dict[str, Any] = {
     "slow": answered("Too slow.", call("slow")),
     "huge": answered("Big.", call("huge")),
     "plain": [{"message": ["No tools needed."]}],
+    "leak": answered("Leaked?", call("leak")),
     "conf": answered(
         "Echoed.", {"function_call": {"name": "mcp__conf__echo", "arguments": ['{"text": "hi"}']}}
     ),
@@ -166,7 +167,7 @@ def test_a_streamed_call_over_streamable_http(
     assert listing["type"] == "mcp_list_tools" and listing["server_label"] == "calc"
     assert "status" not in listing and listing["error"] is None
     names = [t["name"] for t in listing["tools"]]
-    assert names == ["add", "echo", "boom", "slow", "huge"]
+    assert names == ["add", "echo", "boom", "slow", "leak", "huge"]
     assert listing["tools"][0]["input_schema"]["required"] == ["a", "b"]
     assert mcp_call["type"] == "mcp_call" and mcp_call["status"] == "completed"
     assert mcp_call["name"] == "add" and mcp_call["server_label"] == "calc"
@@ -240,6 +241,19 @@ def test_a_tool_error_is_the_calls_error(gw: Gateway, streamable: Served) -> Non
     assert item["error"]["type"] == "mcp_tool_execution_error"
     assert "boom" in item["error"]["content"][0]["text"]
     assert response["output"][2]["content"][0]["text"] == "It broke."
+
+
+def test_a_server_echoing_the_credential_is_scrubbed(gw: Gateway, streamable: Served, data: Path) -> None:
+    _, response = stream(
+        gw.base_url,
+        model="leak",
+        input="Leak",
+        tools=[tool(streamable.url, require_approval="never", headers={"X-Key": SECRET})],
+    )
+    item = response["output"][1]
+    assert item["status"] == "failed"
+    assert "bad token [redacted]" in item["error"]["content"][0]["text"]
+    assert SECRET not in json.dumps(response)
 
 
 def test_a_hanging_server_fails_its_call_not_the_response(gw: Gateway, streamable: Served) -> None:

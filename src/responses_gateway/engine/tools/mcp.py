@@ -431,8 +431,9 @@ class _Use(HostedUse):
             try:
                 self.listed = await self._run(self._list, self.tool.limits.list_timeout)
             except McpFailure as exc:
-                log.warning("MCP server %r: listing its tools failed: %s", self.label, exc)
-                builder.close_tool_call(item, status="failed", error=str(exc))
+                why = self._scrub(str(exc))
+                log.warning("MCP server %r: listing its tools failed: %s", self.label, why)
+                builder.close_tool_call(item, status="failed", error=why)
                 self.listed = []
             else:
                 builder.close_tool_call(item, status="completed", tools=self._offered())
@@ -459,6 +460,14 @@ class _Use(HostedUse):
                 {"type": "function_call_output", "call_id": item.id, "output": _model_text(item.data)}
             )
         self._approved = []
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the credentials this request sent the server (a server may echo them)."""
+        for value in self._headers.values():
+            for secret in (value, value.removeprefix("Bearer ")):
+                if len(secret) >= 4 and secret in text:
+                    text = text.replace(secret, "[redacted]")
+        return text
 
     # ------------------------------------------------------------------ calls
     async def run(
@@ -488,9 +497,12 @@ class _Use(HostedUse):
         try:
             text, is_error = await self._run(call, limits.call_timeout)
         except McpFailure as exc:
-            builder.close_tool_call(item, status="failed", error=exc.error)
+            error = exc.error
+            if isinstance(error.get("message"), str):
+                error = {**error, "message": self._scrub(error["message"])}
+            builder.close_tool_call(item, status="failed", error=error)
             return
-        text = _cap(clean_text(text), limits.output_chars)
+        text = _cap(self._scrub(clean_text(text)), limits.output_chars)
         if is_error:
             content = [{"type": "text", "text": text or "The tool failed."}]
             error = {"type": "mcp_tool_execution_error", "content": content}
