@@ -29,6 +29,7 @@ from pydantic import TypeAdapter
 from conftest import Gateway, check_stream, decode_sse, start_gateway
 from mcp_servers import HUGE_CHARS, LEAKED, Served, free_port, serve_sse, serve_streamable_http
 from responses_gateway.engine.tools.mcp import McpServerSpec
+from responses_gateway.providers.anthropic import AnthropicProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.scripted import ScriptedProvider
 from upstream_mock import UpstreamMock, encode_chunks, stream_reply
@@ -310,6 +311,23 @@ def test_an_operator_named_server_by_label(guarded: Gateway, streamable: Served)
     assert got.status_code == 400 and got.json()["error"]["param"] == "tools[0].server_url"
 
 
+def test_tool_choice_names_an_mcp_tool(
+    gw: Gateway, streamable: Served, providers: dict[str, ScriptedProvider]
+) -> None:
+    _, response = stream(
+        gw.base_url,
+        model="add",
+        input="Add",
+        tools=[tool(streamable.url, require_approval="never")],
+        tool_choice={"type": "mcp", "server_label": "calc", "name": "add"},
+    )
+    assert response["output"][1]["type"] == "mcp_call"
+    assert response["tool_choice"] == {"type": "mcp", "server_label": "calc", "name": "add"}
+    first, second = providers["add"].requests[-2:]
+    assert first.tool_choice == {"type": "function", "name": "mcp__calc__add"}
+    assert second.tool_choice == "auto"  # forced once, then the model decides
+
+
 # ------------------------------------------------------------------------------ approvals
 def test_approval_round_trip_through_previous_response_id(
     client: openai.OpenAI, gw: Gateway, streamable: Served
@@ -469,6 +487,82 @@ def test_through_a_chat_completions_upstream(streamable: Served, tmp_path: Path)
         "arguments": '{"a": 20, "b": 22}',
     }
     assert answer == {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"], "content": "42"}
+
+
+def _anthropic_events(block: JSON, delta: JSON, stop: str) -> bytes:
+    msg = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    events: list[JSON] = [
+        {"type": "message_start", "message": msg},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "content_block_delta", "index": 0, "delta": delta},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": 5},
+        },
+        {"type": "message_stop"},
+    ]
+    return encode_chunks(events, "anthropic")
+
+
+def test_approval_round_trip_through_an_anthropic_upstream(streamable: Served) -> None:
+    """The approval asked in one response and given in the next request's input (no stored state):
+    the call runs before the first turn and Anthropic reads it as a tool_use and its tool_result."""
+    with UpstreamMock() as upstream:
+        upstream.reset(
+            [
+                stream_reply(
+                    _anthropic_events(
+                        {"type": "tool_use", "id": "toolu_1", "name": "mcp__calc__add", "input": {}},
+                        {"type": "input_json_delta", "partial_json": '{"a": 1, "b": 41}'},
+                        "tool_use",
+                    )
+                ),
+                stream_reply(
+                    _anthropic_events(
+                        {"type": "text", "text": ""}, {"type": "text_delta", "text": "42."}, "end_turn"
+                    )
+                ),
+            ]
+        )
+        provider = AnthropicProvider(base_url=upstream.url, api_key="sk-ant-x", upstream_model="claude-x")
+        provider.name = "claude"
+        gateway = start_gateway([provider], tool_allow_networks=("127.0.0.1/32",))
+        try:
+            _, first = stream(
+                gateway.base_url, model="claude", input="1+41?", tools=[tool(streamable.url)], store=False
+            )
+            listing, request = first["output"]
+            assert request["type"] == "mcp_approval_request" and request["name"] == "add"
+            answer = {"type": "mcp_approval_response", "approve": True, "approval_request_id": request["id"]}
+            _, second = stream(
+                gateway.base_url,
+                model="claude",
+                input=[{"role": "user", "content": "1+41?"}, listing, request, answer],
+                tools=[tool(streamable.url)],
+                store=False,
+            )
+        finally:
+            gateway.stop()
+        sent = upstream.requests[-1].json
+    mcp_call, message = second["output"]
+    assert mcp_call["approval_request_id"] == request["id"] and mcp_call["output"] == "42"
+    assert message["content"][0]["text"] == "42."
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+    (tool_use,) = sent["messages"][1]["content"]
+    assert tool_use["name"] == "mcp__calc__add" and tool_use["input"] == {"a": 1, "b": 41}
+    (result,) = sent["messages"][2]["content"]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == tool_use["id"]
 
 
 # ------------------------------------------------------------------------------ SSRF

@@ -220,7 +220,7 @@ class WebSearch(HostedTool):
                 "'filters.allowed_domains' must be a list of domains.",
                 param=f"{param}.filters.allowed_domains",
             )
-        return _Use(self, str(size), location, tuple(domains or ()))
+        return _Use(self, str(size), location, tuple(domains or ()), ctx.owner)
 
     def keep(self, owner: str | None, item_id: str, text: str) -> None:
         self._kept[(owner, item_id)] = text
@@ -248,8 +248,11 @@ class WebSearch(HostedTool):
 class _Use(HostedUse):
     tool: WebSearch
 
-    def __init__(self, tool: WebSearch, size: str, location: JSON | None, domains: tuple[str, ...]) -> None:
+    def __init__(
+        self, tool: WebSearch, size: str, location: JSON | None, domains: tuple[str, ...], owner: str | None
+    ) -> None:
         self.tool = tool
+        self._owner = owner
         self._count, self._snippet = _CONTEXT[size]
         self._location = location
         self._domains = domains
@@ -273,7 +276,7 @@ class _Use(HostedUse):
         return sorted(out, key=lambda a: int(a["start_index"]))
 
     def skip(self, call: HostedCall, item: Item, builder: StreamBuilder, why: str) -> None:
-        self.tool.keep(None, item.id, why)
+        self.tool.keep(self._owner, item.id, why)
         builder.close_tool_call(item, status="incomplete")
 
     async def run(
