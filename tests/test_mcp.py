@@ -651,3 +651,57 @@ def test_models_file_names_servers(monkeypatch: pytest.MonkeyPatch) -> None:
         server.headers()
     with pytest.raises(ConfigError, match=r"models.yaml:3: mcp_servers\[0\].url: must start with http"):
         parse_config("models: []\nmcp_servers:\n  - {label: a, url: ftp://x}\n", "models.yaml")
+
+
+def test_serve_with_a_models_file(
+    streamable: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``responses-gateway serve`` as a user starts it: the models file's MCP server (its header from
+    the environment) by label, and a request-supplied loopback URL allowed by --tool-allow-network."""
+    from serve_process import serving
+
+    script = tmp_path / "echo.yaml"
+    script.write_text(
+        json.dumps(
+            {
+                "model": "echoer",
+                "turns": [
+                    {"when": {"input_has": "function_call_output"}, "steps": [{"message": ["ok"]}]},
+                    {
+                        "steps": [
+                            {"function_call": {"name": "mcp__conf__echo", "arguments": ['{"text": "yo"}']}}
+                        ]
+                    },
+                ],
+            }
+        )
+    )
+    models = tmp_path / "models.yaml"
+    models.write_text(
+        "local: false\nmodels: []\nmcp_servers:\n"
+        f"  - {{label: conf, url: '{streamable.url}', headers_env: {{X-Conf-Key: MCP_TEST_KEY}}}}\n"
+    )
+    monkeypatch.setenv("MCP_TEST_KEY", "from-env-789")  # (serve_process drops RG_* variables)
+    with serving(
+        tmp_path,
+        "--no-local",
+        "--config",
+        str(models),
+        "--script",
+        str(script),
+        "--tool-allow-network",
+        "127.0.0.0/8",
+    ) as served:
+        _, response = stream(
+            served.base_url,
+            model="echoer",
+            input="x",
+            tools=[{"type": "mcp", "server_label": "conf", "require_approval": "never"}],
+        )
+        assert response["output"][1]["output"] == "yo"
+        assert any(h.get("x-conf-key") == "from-env-789" for h in streamable.recorder.headers)
+        got = httpx.post(
+            f"{served.base_url}/responses",
+            json={"model": "echoer", "input": "x", "tools": [tool("http://10.0.0.1/mcp")]},
+        )
+        assert got.status_code == 400 and "10.0.0.1" in got.json()["error"]["message"]

@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -300,3 +301,28 @@ def test_models_file_web_search(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.web_search.api_key() == "k"
     with pytest.raises(ConfigError, match="backend 'searxng' needs 'url'"):
         parse_config("models: []\nweb_search: {backend: searxng}\n", "m.yaml")
+
+
+def test_serve_with_a_search_back_end(engine: SearchEngine, tmp_path: Path) -> None:
+    """``responses-gateway serve`` with the models file's ``web_search:`` (SearXNG, the mock)."""
+    from serve_process import serving
+
+    script = tmp_path / "searcher.yaml"
+    script.write_text(
+        json.dumps(
+            {
+                "model": "searcher",
+                "turns": [
+                    {"when": {"input_has": "function_call_output"}, "steps": [{"message": ["See [2]."]}]},
+                    {"steps": [ws_call(action="search", query="served search")]},
+                ],
+            }
+        )
+    )
+    models = tmp_path / "models.yaml"
+    models.write_text(f"local: false\nmodels: []\nweb_search: {{backend: searxng, url: '{engine.url}'}}\n")
+    with serving(tmp_path, "--no-local", "--config", str(models), "--script", str(script)) as served:
+        _, response = stream(served.base_url, model="searcher", input="x", tools=[{"type": "web_search"}])
+    assert engine.queries[-1]["q"] == ["served search"]
+    (annotation,) = response["output"][1]["content"][0]["annotations"]
+    assert annotation["title"] == "Lyon weather"
