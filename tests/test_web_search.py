@@ -326,3 +326,25 @@ def test_serve_with_a_search_back_end(engine: SearchEngine, tmp_path: Path) -> N
     assert engine.queries[-1]["q"] == ["served search"]
     (annotation,) = response["output"][1]["content"][0]["annotations"]
     assert annotation["title"] == "Lyon weather"
+
+
+def test_cached_only_search_is_refused_or_dropped(
+    gw: Gateway, providers: dict[str, ScriptedProvider], engine: SearchEngine
+) -> None:
+    """Codex's cached-only search (``external_web_access: false``): this search is live, so it is
+    refused naming the setting, or left out with ``--drop-unsupported-tool web_search``."""
+    body = {"model": "search", "input": "x", "tools": [{"type": "web_search", "external_web_access": False}]}
+    got = httpx.post(f"{gw.base_url}/responses", json=body)
+    assert got.status_code == 400 and got.json()["error"]["param"] == "tools[0].external_web_access"
+    dropping = start_gateway(
+        [providers["search"]],
+        search_backend=SearxngBackend(engine.url),
+        drop_unsupported_tools=("web_search",),
+    )
+    try:
+        got = httpx.post(f"{dropping.base_url}/responses", json=body)
+    finally:
+        dropping.stop()
+    assert got.status_code == 200 and got.json()["tools"] == []
+    live = {**body, "tools": [{"type": "web_search", "external_web_access": True}]}
+    assert httpx.post(f"{gw.base_url}/responses", json=live).status_code == 200

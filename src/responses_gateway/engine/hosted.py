@@ -116,6 +116,11 @@ class HostedTool(ABC):
     def function(self, config: JSON) -> JSON:
         """The function tool the model is offered instead of ``config``."""
 
+    def refuse(self, config: JSON, param: str) -> RequestError | None:
+        """A setting of ``config`` this gateway cannot honour (None: fine). Unlike a bad config it is
+        left out with ``--drop-unsupported-tool``, as a back end's refusal would be."""
+        return None
+
     def choice(self, choice: JSON) -> str | JSON:
         """``tool_choice`` naming this tool, as the back end gets it."""
         return {"type": "function", "name": self.function_name}
@@ -266,6 +271,11 @@ async def plan_hosted(
                 raise RequestError(
                     f"The {tool.type} tool is not available on this gateway: {why}", param=f"tools[{i}]"
                 )
+            refused = tool.refuse(config, f"tools[{i}]")
+            if refused is not None and (tool.type in drop or config["type"] in drop):
+                continue
+            if refused is not None:
+                raise refused
             if tool.type in types_used and not tool.several:
                 raise RequestError(f"Only one {tool.type} tool may be given.", param=f"tools[{i}]")
             use = await tool.use(config, param=f"tools[{i}]", history=original, ctx=ctx)

@@ -183,6 +183,15 @@ class WebSearch(HostedTool):
             )
         return None
 
+    def refuse(self, config: JSON, param: str) -> RequestError | None:
+        if config.get("external_web_access") is False:
+            return RequestError(
+                "Web search without live access ('external_web_access': false) is not available with "
+                "this model: this gateway's web_search searches the live web.",
+                param=f"{param}.external_web_access",
+            )
+        return None
+
     def function(self, config: JSON) -> JSON:
         return {
             "type": "function",
