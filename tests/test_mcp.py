@@ -628,6 +628,19 @@ def test_bad_configs_are_400(gw: Gateway) -> None:
         },
     )
     assert got.status_code == 400 and "rename the function" in got.json()["error"]["message"]
+    got = httpx.post(
+        f"{gw.base_url}/responses",
+        json={
+            "model": "plain",
+            "input": "x",
+            "tools": [tool("http://127.0.0.1/"), tool("http://127.0.0.1/")],
+        },
+    )
+    assert got.status_code == 400 and got.json()["error"]["param"] == "tools[1]"
+    assert "'calc' is given twice" in got.json()["error"]["message"]
+    many = [{**tool("http://127.0.0.1/"), "server_label": f"s{n}"} for n in range(17)]
+    got = httpx.post(f"{gw.base_url}/responses", json={"model": "plain", "input": "x", "tools": many})
+    assert got.status_code == 400 and got.json()["error"]["param"] == "tools[16]"
 
 
 def test_models_file_names_servers(monkeypatch: pytest.MonkeyPatch) -> None:

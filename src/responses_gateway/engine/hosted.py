@@ -26,6 +26,9 @@ __all__ = ["HostedTool", "HostedUse", "Phase", "Plan", "RunContext", "plan_hoste
 
 JSON = dict[str, Any]
 
+# Configs of one tool type in a request, for tools that take several (MCP servers).
+MAX_USES = 16
+
 
 @dataclass(slots=True)
 class RunContext:
@@ -63,6 +66,10 @@ class HostedUse(ABC):
     def claims(self, name: str) -> bool:
         """Whether a client's function named ``name`` would collide with this use's functions."""
         return name == self.tool.function_name
+
+    def identity(self) -> str:
+        """What two uses of one tool in a request must not share (an MCP server's label)."""
+        return self.tool.type
 
     async def prepare(
         self, builder: StreamBuilder, ctx: RunContext, extra: list[JSON]
@@ -278,8 +285,13 @@ async def plan_hosted(
                 raise refused
             if tool.type in types_used and not tool.several:
                 raise RequestError(f"Only one {tool.type} tool may be given.", param=f"tools[{i}]")
+            if sum(1 for u in plan.all_uses if u.tool is tool) >= MAX_USES:
+                raise RequestError(f"At most {MAX_USES} {tool.type} tools may be given.", param=f"tools[{i}]")
             use = await tool.use(config, param=f"tools[{i}]", history=original, ctx=ctx)
+            twin = next((u for u in plan.all_uses if u.tool is tool and u.identity() == use.identity()), None)
             plan.add(use)
+            if twin is not None:
+                raise RequestError(f"{use.identity()} is given twice.", param=f"tools[{i}]")
             types_used.add(tool.type)
             replaced[i] = use
             clash = next((n for n in sorted(names) if use.claims(n)), None)

@@ -419,6 +419,9 @@ class _Use(HostedUse):
     def claims(self, name: str) -> bool:
         return name.startswith(f"mcp__{self.label}__")
 
+    def identity(self) -> str:
+        return f"The MCP server_label {self.label!r}"
+
     # ------------------------------------------------------------------ before the first turn
     async def prepare(
         self, builder: StreamBuilder, ctx: RunContext, extra: list[JSON]
@@ -546,7 +549,12 @@ class _Use(HostedUse):
                 return await op(client)
 
         task = asyncio.create_task(work())
-        done, _ = await asyncio.wait({task}, timeout=timeout)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+        except BaseException:  # the request was cancelled (client gone, stop): so is the operation
+            task.cancel()
+            task.add_done_callback(_swallow)
+            raise
         if not done:
             task.cancel()
             task.add_done_callback(_swallow)
