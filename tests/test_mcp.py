@@ -148,6 +148,8 @@ def test_a_streamed_call_over_streamable_http(
     gw: Gateway, streamable: Served, providers: dict[str, ScriptedProvider]
 ) -> None:
     calls = streamable.recorder.count("tools/call")
+    sessions = streamable.recorder.count("initialize")
+    lists = streamable.recorder.count("tools/list")
     events, response = stream(
         gw.base_url,
         model="add",
@@ -177,6 +179,9 @@ def test_a_streamed_call_over_streamable_http(
     assert mcp_call["approval_request_id"] is None
     assert message["content"][0]["text"] == "The sum is 5."
     assert streamable.recorder.count("tools/call") == calls + 1
+    # One session for the listing and the call: one handshake, one listing.
+    assert streamable.recorder.count("initialize") == sessions + 1
+    assert streamable.recorder.count("tools/list") == lists + 1
     # The header reached the server; the Response echoes the tool without it.
     assert any(h.get("x-key") == SECRET for h in streamable.recorder.headers)
     assert response["tools"] == [tool(streamable.url, require_approval="never")]

@@ -62,6 +62,7 @@ DECLINED = "The user declined to run this tool call."
 _INVALID_PARAMS = -32602
 _INTERNAL = -32603
 _NOT_RUN = -32000
+_CLOSE_TIMEOUT = 5.0  # a session's orderly end (the Streamable HTTP DELETE) before it is cut
 AWAITING = "Not run: this call waits for the user's approval."
 
 
@@ -358,6 +359,9 @@ class _Use(HostedUse):
         self._approval = approval
         self.listed: list[JSON] | None = None  # the server's tools (None: to be listed)
         self._approved: list[JSON] = []  # approval requests the client approved, not yet run
+        # The request's session with the server (see ``_run``) and the operations waiting for it.
+        self._session: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[tuple[Any, Any]] = asyncio.Queue()
 
     # ------------------------------------------------------------------ the request side
     def adopt(self, history: list[JSON]) -> None:
@@ -539,30 +543,74 @@ class _Use(HostedUse):
             )
         return tools[:limit]
 
-    async def _run(self, op: Callable[[Client], Awaitable[T]], timeout: float) -> T:
-        """``op`` on a fresh session, in a task of its own, within ``timeout`` seconds: whatever the
-        server does, the request moves on (the task is cancelled and left to unwind)."""
+    async def _run(self, op: Callable[[Client], Awaitable[Any]], timeout: float) -> Any:
+        """``op`` on this request's session with the server, within ``timeout`` seconds.
 
-        async def work() -> T:
-            async with contextlib.AsyncExitStack() as stack:
-                client = await stack.enter_async_context(self._client(stack))
-                return await op(client)
-
-        task = asyncio.create_task(work())
+        The session lives in a task of its own (the ``mcp`` client's task groups and cancel scopes
+        stay inside it) and serves the request's operations one at a time, so a listing and the calls
+        after it share one connection and handshake. Whatever the server does, the request moves
+        on: an operation that times out drops the session (the next one opens a new session), and a
+        session that dies fails the operation it was serving."""
+        if self._session is None or self._session.done():
+            self._session = asyncio.create_task(self._serve())
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((op, future))
+        session = self._session
         try:
-            done, _ = await asyncio.wait({task}, timeout=timeout)
-        except BaseException:  # the request was cancelled (client gone, stop): so is the operation
-            task.cancel()
-            task.add_done_callback(_swallow)
+            await asyncio.wait({future, session}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the request was cancelled (client gone, stop): so is the session
+            self._drop()
             raise
-        if not done:
-            task.cancel()
-            task.add_done_callback(_swallow)
-            raise McpFailure(http_error(504, f"The MCP server did not answer within {timeout:g} seconds."))
-        try:
-            return task.result()
-        except Exception as exc:
-            raise McpFailure(_describe(exc)) from None
+        if future.done():
+            try:
+                return future.result()
+            except Exception as exc:
+                raise McpFailure(_describe(exc)) from None
+        if session.done():
+            failure = None if session.cancelled() else session.exception()
+            self._drop()
+            raise McpFailure(_describe(failure or RuntimeError("the MCP session ended")))
+        self._drop()
+        raise McpFailure(http_error(504, f"The MCP server did not answer within {timeout:g} seconds."))
+
+    async def _serve(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            client = await stack.enter_async_context(self._client(stack))
+            while True:
+                op, future = await self._queue.get()
+                if op is None:
+                    return
+                try:
+                    result = await op(client)
+                except Exception as exc:
+                    if not future.done():
+                        future.set_exception(exc)
+                    if not isinstance(exc, MCPError):
+                        raise  # a transport failure: this session is done
+                else:
+                    if not future.done():
+                        future.set_result(result)
+
+    def _drop(self) -> None:
+        """Abandon the session (cancelled, left to unwind in its task); pending operations fail."""
+        session, self._session = self._session, None
+        if session is not None and not session.done():
+            session.cancel()
+        if session is not None:
+            session.add_done_callback(_swallow)
+        self._queue = asyncio.Queue()
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        session.add_done_callback(_swallow)
+        if not session.done():
+            self._queue.put_nowait((None, None))
+            try:
+                await asyncio.wait_for(asyncio.shield(session), _CLOSE_TIMEOUT)
+            except (TimeoutError, Exception):
+                session.cancel()
 
     def _client(self, stack: contextlib.AsyncExitStack) -> Client:
         guard = self._guard
