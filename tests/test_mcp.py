@@ -723,3 +723,77 @@ def test_serve_with_a_models_file(
             json={"model": "echoer", "input": "x", "tools": [tool("http://10.0.0.1/mcp")]},
         )
         assert got.status_code == 400 and "10.0.0.1" in got.json()["error"]["message"]
+
+
+# ------------------------------------------------------------------------------ the builder (sans-IO)
+def _mcp_builder() -> Any:
+    from responses_gateway.protocol.builder import HostedSpec, StreamBuilder
+    from responses_gateway.protocol.response import new_response
+
+    builder = StreamBuilder(new_response("m"))
+    fields = {"approval_request_id": None, "arguments": "", "error": None, "name": "add", "output": None}
+    builder.hosted = {
+        "mcp__calc__add": HostedSpec("mcp_call", {**fields, "server_label": "calc"}),
+        "mcp__calc__rm": HostedSpec(
+            "mcp_approval_request", {"arguments": "", "name": "rm", "server_label": "calc"}
+        ),
+    }
+    builder.defer_finish = True
+    builder.start()
+    return builder
+
+
+def test_builder_streams_mcp_arguments_and_closes_approval_requests_whole() -> None:
+    builder = _mcp_builder()
+    call = builder.open_function_call("mcp__calc__add", call_id="c1")
+    builder.arguments_delta(call, '{"a": 1,')
+    builder.arguments_delta(call, ' "b": 2}')
+    builder.close_function_call(call)
+    ask = builder.open_function_call("mcp__calc__rm", call_id="c2")
+    builder.arguments_delta(ask, '{"path": "/"}')
+    builder.close_function_call(ask)
+    builder.complete()
+    assert [it.kind for it in builder.hosted_pending()] == ["mcp_call"]  # the approval is not run
+    (pending,) = builder.hosted_pending()
+    builder.close_tool_call(pending, status="completed", output="3")
+    builder.defer_finish = False
+    builder.complete()
+    events = builder.take()
+    check_stream(events, strict=False)
+    kinds = [e["type"] for e in events if "mcp" in e["type"] or e["type"].startswith("response.output_item")]
+    assert kinds == [
+        "response.output_item.added",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.mcp_call.completed",
+        "response.output_item.done",
+    ]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done[0] == {
+        "id": ask.id,
+        "type": "mcp_approval_request",
+        "arguments": '{"path": "/"}',
+        "name": "rm",
+        "server_label": "calc",
+    }
+    assert done[1]["arguments"] == '{"a": 1, "b": 2}' and done[1]["output"] == "3"
+    for event in events:
+        EVENT.validate_python(event)
+
+
+def test_builder_closes_a_cut_approval_request() -> None:
+    builder = _mcp_builder()
+    ask = builder.open_function_call("mcp__calc__rm", call_id="c2")
+    builder.arguments_delta(ask, '{"pa')
+    builder.incomplete("max_output_tokens")
+    assert builder.hosted_pending() == []
+    builder.defer_finish = False
+    builder.incomplete("max_output_tokens")
+    events = builder.take()
+    check_stream(events, strict=False)
+    (item,) = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert item["type"] == "mcp_approval_request" and item["arguments"] == '{"pa'
