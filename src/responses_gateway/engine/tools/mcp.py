@@ -23,25 +23,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
 import re
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx2
-from mcp.client import Client
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
 from ...netguard import NetGuard, NetRefused, guarded_client
 from ...protocol.builder import HostedCall, HostedSpec, Item, StreamBuilder
 from ...protocol.json_field import clean_text
 from ...protocol.request import RequestError
 from ..hosted import HostedTool, HostedUse, RunContext
+
+if TYPE_CHECKING:  # the mcp SDK takes half a second to import: only when a request uses MCP
+    from mcp.client import Client
 
 __all__ = ["MCP_ITEM_TYPES", "McpLimits", "McpServerSpec", "McpTool", "function_name_for"]
 
@@ -134,6 +135,7 @@ class McpTool(HostedTool):
         return "required"
 
     async def use(self, config: JSON, *, param: str, history: list[JSON], ctx: RunContext) -> HostedUse:
+        await _load_sdk()
         label = config.get("server_label")
         if not isinstance(label, str) or not LABEL.match(label):
             raise RequestError(
@@ -198,6 +200,13 @@ class McpTool(HostedTool):
             output = DECLINED if answer is False else AWAITING
             return call, {"type": "function_call_output", "call_id": item_id, "output": output}
         return call, {"type": "function_call_output", "call_id": item_id, "output": _model_text(item)}
+
+
+async def _load_sdk() -> None:
+    """Import the mcp SDK's client (half a second) off the event loop, once, on first use."""
+    if "mcp.client.streamable_http" not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, "mcp.client.streamable_http")
+        await asyncio.to_thread(importlib.import_module, "mcp.client.sse")
 
 
 def _answer(items: list[JSON], request_id: str) -> bool | None:
@@ -574,6 +583,8 @@ class _Use(HostedUse):
         raise McpFailure(http_error(504, f"The MCP server did not answer within {timeout:g} seconds."))
 
     async def _serve(self) -> None:
+        from mcp.shared.exceptions import MCPError
+
         async with contextlib.AsyncExitStack() as stack:
             client = await stack.enter_async_context(self._client(stack))
             while True:
@@ -613,6 +624,10 @@ class _Use(HostedUse):
                 session.cancel()
 
     def _client(self, stack: contextlib.AsyncExitStack) -> Client:
+        from mcp.client import Client
+        from mcp.client.sse import sse_client
+        from mcp.client.streamable_http import streamable_http_client
+
         guard = self._guard
         limits = self.tool.limits
         timeout = httpx2.Timeout(min(30.0, limits.call_timeout), read=limits.call_timeout)
@@ -666,6 +681,8 @@ def _describe(exc: BaseException) -> JSON:
         return http_error(504, "The MCP server timed out.")
     if isinstance(exc, httpx2.HTTPError):
         return http_error(502, f"The connection to the MCP server failed ({type(exc).__name__}).")
+    from mcp.shared.exceptions import MCPError
+
     if isinstance(exc, MCPError):
         return protocol_error(
             exc.error.code, f"The MCP server refused the request: {exc.error.message[:500]}"
