@@ -333,6 +333,35 @@ def test_tool_choice_names_an_mcp_tool(
     assert second.tool_choice == "auto"  # forced once, then the model decides
 
 
+def test_with_a_namespace_the_back_end_gets_flat_functions(
+    gw: Gateway, streamable: Served, providers: dict[str, ScriptedProvider]
+) -> None:
+    """The server flattens namespaces after the plan; the MCP functions listed later join them."""
+    namespace = {
+        "type": "namespace",
+        "name": "files",
+        "description": "File tools.",
+        "tools": [{"type": "function", "name": "read", "parameters": {"type": "object", "properties": {}}}],
+    }
+    _, response = stream(
+        gw.base_url,
+        model="add",
+        input="Add",
+        tools=[namespace, tool(streamable.url, require_approval="never")],
+    )
+    assert response["output"][1]["output"] == "5"
+    first = providers["add"].requests[-2]
+    assert {t["type"] for t in first.tools} == {"function"}
+    assert "mcp__calc__add" in [t["name"] for t in first.tools] and len(first.tools) == 7
+    # A namespace whose flat names fall under an MCP server's prefix is refused.
+    clash = {**namespace, "name": "mcp__calc__"}
+    got = httpx.post(
+        f"{gw.base_url}/responses",
+        json={"model": "plain", "input": "x", "tools": [clash, tool(streamable.url)]},
+    )
+    assert got.status_code == 400 and "rename the function" in got.json()["error"]["message"]
+
+
 # ------------------------------------------------------------------------------ approvals
 def test_approval_round_trip_through_previous_response_id(
     client: openai.OpenAI, gw: Gateway, streamable: Served

@@ -163,6 +163,8 @@ class Plan:
     # The request's tools in order, a hosted tool's config standing as its use (see ``tools``).
     layout: list[JSON | HostedUse] = field(default_factory=list)
     all_uses: list[HostedUse] = field(default_factory=list)
+    # The hosted functions the request was planned with (an MCP server's are only known once listed).
+    offered: set[str] = field(default_factory=set)
 
     def add(self, use: HostedUse) -> None:
         self.all_uses.append(use)
@@ -178,6 +180,16 @@ class Plan:
         for entry in self.layout:
             out.extend(entry.functions() if isinstance(entry, HostedUse) else [entry])
         return out
+
+    def retool(self, tools: list[JSON]) -> list[JSON] | None:
+        """``tools`` (as the server left them: namespaces flattened, unsupported tools dropped) with
+        the hosted functions as they stand after ``prepare``, or None when they did not change."""
+        now = [f for use in self.all_uses for f in use.functions()]
+        if {str(f["name"]) for f in now} == self.offered:
+            return None
+        kept = [t for t in tools if not (t.get("type") == "function" and t.get("name") in self.offered)]
+        self.offered = {str(f["name"]) for f in now}
+        return kept + now
 
     def install(self, builder: StreamBuilder) -> None:
         builder.hosted = {name: spec for use in self.all_uses for name, spec in use.specs().items()}
@@ -259,6 +271,11 @@ async def plan_hosted(
             request.tools = [f for tool in hosted.values() for f in tool.declared(original)]
             request.tool_choice = "none"
     names = {str(t.get("name")) for t in request.tools if t.get("type") == "function"}
+    for t in request.tools:  # a namespace's members reach back ends as flat functions (ns__name)
+        if t.get("type") == "namespace":
+            ns = str(t.get("name"))
+            for member in t.get("tools") or []:
+                names.update({f"{ns}{member.get('name')}", f"{ns}__{member.get('name')}"})
     replaced: dict[int, HostedUse] = {}
     types_used: set[str] = set()
     try:
@@ -306,6 +323,7 @@ async def plan_hosted(
         raise
     plan.layout = [replaced.get(i, t) for i, t in enumerate(request.tools)]
     request.tools = plan.tools()
+    plan.offered = {str(f["name"]) for use in plan.all_uses for f in use.functions()}
     choice = request.tool_choice
     if (
         isinstance(choice, dict)
@@ -314,7 +332,7 @@ async def plan_hosted(
     ):
         tool = hosted[choice["type"]]
         if tool.type not in types_used and tool.type in drop:
-            return plan if plan.uses or in_history else None
+            return plan if plan.all_uses or in_history else None
         if tool.type not in types_used:
             await plan.aclose()
             raise RequestError(

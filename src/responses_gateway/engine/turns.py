@@ -79,9 +79,11 @@ class Engine(Provider):
                         yield
             plan.refresh()
             plan.install(builder)
-            if extra or plan.layout:
-                tools = plan.tools() if plan.layout else request.tools
-                request = dataclasses.replace(request, input=[*request.input, *extra], tools=tools)
+            tools = plan.retool(request.tools)
+            if extra or tools is not None:
+                request = dataclasses.replace(
+                    request, input=[*request.input, *extra], tools=request.tools if tools is None else tools
+                )
             while True:
                 turns += 1
                 builder.defer_finish = True
