@@ -299,6 +299,24 @@ def test_a_dead_server_fails_its_listing(gw: Gateway) -> None:
     assert response["status"] == "completed"
 
 
+def test_a_server_that_never_answers_fails_its_listing(gw: Gateway) -> None:
+    """A TCP server that accepts and says nothing: the listing fails at --mcp-call-timeout (3 s)."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        start = time.monotonic()
+        _, response = stream(
+            gw.base_url, model="plain", input="Hi", tools=[tool(url, require_approval="never")]
+        )
+        assert time.monotonic() - start < 10
+    listing = response["output"][0]
+    assert "did not answer within 3 seconds" in listing["error"]
+    assert response["output"][1]["content"][0]["text"] == "No tools needed."
+
+
 def test_an_operator_named_server_by_label(guarded: Gateway, streamable: Served) -> None:
     _, response = stream(
         guarded.base_url,

@@ -97,7 +97,7 @@ class GatewayApp:
         mcp = McpTool(
             {server.label: server for server in cfg.mcp_servers},
             self.net_guard,
-            McpLimits(call_timeout=cfg.mcp_call_timeout),
+            McpLimits(call_timeout=cfg.mcp_call_timeout, list_timeout=cfg.mcp_call_timeout),
         )
         search = WebSearch(cfg.search_backend, self.net_guard)
         secrets = getattr(cfg.search_backend, "secrets", None)

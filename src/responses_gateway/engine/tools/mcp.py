@@ -80,7 +80,7 @@ class McpServerSpec:
 @dataclass(frozen=True, slots=True)
 class McpLimits:
     call_timeout: float = 60.0  # one tools/call, connection included
-    list_timeout: float = 30.0  # one tools/list (every page)
+    list_timeout: float = 60.0  # one listing (every page), connection included
     output_chars: int = 100_000  # what one call's output keeps (the rest is cut, and said so)
     max_tools: int = 128  # tools kept from one server's list
     max_event_bytes: int = 16 * 1024 * 1024  # one message from a server
