@@ -99,6 +99,8 @@ class GatewayApp:
             self.net_guard,
             McpLimits(call_timeout=cfg.mcp_call_timeout, list_timeout=cfg.mcp_call_timeout),
         )
+        for server in cfg.mcp_servers:  # the models file's MCP credentials are the gateway's secrets too
+            REDACTOR.add(*(v.removeprefix("Bearer ") for v in server.headers.values()))
         search = WebSearch(cfg.search_backend, self.net_guard)
         secrets = getattr(cfg.search_backend, "secrets", None)
         if secrets is not None:
