@@ -77,3 +77,28 @@ def test_connect_time_check() -> None:
         asyncio.run(refused.connect_tcp("localhost", 80, timeout=2))
     with pytest.raises(httpcore2.ConnectError, match="unix sockets"):
         asyncio.run(refused.connect_unix_socket("/tmp/x.sock"))
+
+
+def test_dns_rebinding_is_refused_at_connect_time() -> None:
+    """A name that resolves to a public address when checked and to loopback when connected to."""
+    import socket
+
+    import httpx2
+
+    from responses_gateway.netguard import guarded_client
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        answers = iter(["93.184.216.34", "127.0.0.1"])
+
+        async def rebinding(host: str, port: int, **_: object) -> list[tuple[object, ...]]:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+
+        loop.getaddrinfo = rebinding  # type: ignore[method-assign]
+        guard = NetGuard()
+        await guard.check_url("http://rebind.example/")  # public when checked
+        async with guarded_client(guard) as http:
+            with pytest.raises(httpx2.ConnectError, match=r"non-public address \(127\.0\.0\.1\)"):
+                await http.get("http://rebind.example/")
+
+    asyncio.run(main())
