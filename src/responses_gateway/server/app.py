@@ -22,6 +22,7 @@ from ..engine.tools.web_search import WEB_SEARCH_TYPES, WebSearch
 from ..netguard import NetGuard, NetPolicy
 from ..providers.base import Provider
 from ..redaction import REDACTOR, install_log_scrubbing
+from ..retrieval.service import VectorStores
 from ..sealing import SEAL_KEY_ENV, Sealer, load_sealer
 from ..store import NotFound, Store, open_store
 from .auth import APIKeyAuth
@@ -29,6 +30,7 @@ from .chat_completions import ChatCompletionsAPI
 from .config import ServerConfig
 from .containers import ContainersAPI
 from .conversations import ConversationsAPI
+from .embeddings import EmbeddingsAPI
 from .errors import HTTPError, send_error, send_json
 from .files import FilesAPI, FileStorage
 from .gateway import GatewayAPI
@@ -43,6 +45,7 @@ from .streaming import GENERIC_FAILURE
 from .types import Message, Receive, Scope, Send
 from .ui import UI, is_ui_path
 from .websocket import WebSocketAPI
+from .vector_stores import VectorStoresAPI
 
 __all__ = ["GatewayApp"]
 
@@ -145,6 +148,11 @@ class GatewayApp:
         self.gateway_api.register(self.router)
         if self.config.ui:
             UI().register(self.router)
+        # Vector stores and embeddings (docs/file-search.md); the file_search tool calls
+        # ``self.vector_stores.search_for_tool``.
+        self.vector_stores = VectorStores(lambda: self.store, self.files.read)
+        VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
+        EmbeddingsAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
 
     def owner_for(self, scope: Scope) -> str:
         """The owner of what this request stores and reads: a hash of its API key, or one shared owner.
@@ -199,6 +207,7 @@ class GatewayApp:
                         )
                         # Containers are shared with the other instances through the store.
                         self.containers.catalog = self.store.containers
+                    await self.vector_stores.start()
                     if self._preload:
                         await self.registry.preload()
                     await self._check_hosted_tools()
@@ -209,6 +218,7 @@ class GatewayApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.responses.shutdown()
+                await self.vector_stores.aclose()
                 # The containers' last writes reach the store before it closes; their records stay,
                 # for another instance to restore.
                 await self.containers.aclose()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 __all__ = [
     "ConversationNotFound",
+    "FileBatchNotFound",
     "ItemNotFound",
     "ItemReferenceNotFound",
     "NotFound",
     "PreviousResponseNotFound",
     "ResponseNotFound",
     "StoreError",
+    "VectorStoreFileNotFound",
+    "VectorStoreNotFound",
 ]
 
 
@@ -54,6 +57,18 @@ class ItemNotFound(NotFound):
 
 class FileNotFound(NotFound):
     kind = "file"
+
+
+class VectorStoreNotFound(NotFound):
+    kind = "vector store"
+
+
+class VectorStoreFileNotFound(NotFound):
+    kind = "vector store file"
+
+
+class FileBatchNotFound(NotFound):
+    kind = "vector store file batch"
 
 
 class ItemReferenceNotFound(ItemNotFound):

@@ -15,8 +15,9 @@ _TYPES = {
     "postgresql": {"float": "DOUBLE PRECISION"},
 }
 
-# (version, statements). JSON columns are TEXT: the store reads and writes whole documents.
-MIGRATIONS: list[tuple[int, list[str]]] = [
+# (version, statements). JSON columns are TEXT: the store reads and writes whole documents. A
+# statement only one dialect runs is a dict from dialect to SQL.
+MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
     (
         1,
         [
@@ -128,6 +129,71 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX rg_tool_results_created ON rg_tool_results (created_at)",
         ],
     ),
+    # Vector stores (store/vector_stores.py, docs/file-search.md). Chunks carry their text; the
+    # BM25 index is FTS5 on SQLite, a tsvector column on PostgreSQL. Vectors: sqlite-vec tables made
+    # per dimension when first needed (rg_vs_vec_<dim>), a REAL[] column on PostgreSQL.
+    (
+        5,
+        [
+            """CREATE TABLE rg_vector_stores (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                name TEXT,
+                description TEXT,
+                metadata TEXT NOT NULL,
+                expires_after TEXT,
+                last_active_at BIGINT NOT NULL,
+                embedding_model TEXT NOT NULL,
+                dimensions INTEGER NOT NULL
+            )""",
+            "CREATE INDEX rg_vector_stores_by_owner ON rg_vector_stores (owner, created_at, id)",
+            """CREATE TABLE rg_vector_store_files (
+                vector_store_id TEXT NOT NULL,
+                file_id TEXT NOT NULL,
+                filename TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                status TEXT NOT NULL,
+                last_error TEXT,
+                attributes TEXT NOT NULL,
+                chunking_strategy TEXT NOT NULL,
+                usage_bytes BIGINT NOT NULL,
+                batch_id TEXT,
+                PRIMARY KEY (vector_store_id, file_id)
+            )""",
+            "CREATE INDEX rg_vector_store_files_by_batch ON rg_vector_store_files (batch_id)",
+            """CREATE TABLE rg_vector_store_batches (
+                id TEXT PRIMARY KEY,
+                vector_store_id TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                cancelled INTEGER NOT NULL DEFAULT 0
+            )""",
+            {
+                "sqlite": """CREATE TABLE rg_vs_chunks (
+                    id INTEGER PRIMARY KEY,
+                    vector_store_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    position INTEGER NOT NULL,
+                    text TEXT NOT NULL
+                )""",
+                "postgresql": """CREATE TABLE rg_vs_chunks (
+                    id BIGSERIAL PRIMARY KEY,
+                    vector_store_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    position INTEGER NOT NULL,
+                    text TEXT NOT NULL,
+                    embedding REAL[],
+                    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+                )""",
+            },
+            "CREATE INDEX rg_vs_chunks_by_file ON rg_vs_chunks (vector_store_id, file_id)",
+            {
+                "sqlite": "CREATE VIRTUAL TABLE rg_vs_fts USING fts5(text, content='rg_vs_chunks', "
+                "content_rowid='id', tokenize='porter unicode61')",
+                "postgresql": "CREATE INDEX rg_vs_chunks_tsv ON rg_vs_chunks USING GIN (tsv)",
+            },
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -152,6 +218,8 @@ async def migrate(db: Database) -> int:
             if version <= found:
                 continue
             for statement in statements:
-                await tx.execute(statement.format(**types))
+                sql = statement.get(db.dialect) if isinstance(statement, dict) else statement
+                if sql is not None:
+                    await tx.execute(sql.format(**types))
             await tx.execute("INSERT INTO rg_schema (version) VALUES (?)", version)
     return found

