@@ -198,36 +198,40 @@ class LocalEmbedder:
         )
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
         heads, size = 12, self.dimensions // 12
-        bias = ((1.0 - mask) * -1e9)[:, None, None, :]
-        scale = 1.0 / math.sqrt(size)
+        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        scale = np.float32(1.0 / math.sqrt(size))
         n, t = ids.shape
+        # Every projection is one 2-D matmul over all the batch's tokens (numpy's fast path).
+        x = x.reshape(n * t, self.dimensions)
         for layer in range(6):
             p = f"encoder.layer.{layer}."
 
             def dense(v: Vector, name: str, p: str = p) -> Vector:
-                out: Vector = v @ w[p + name + ".weight"] + w[p + name + ".bias"]
+                out: Vector = v @ w[p + name + ".weight"]
+                out += w[p + name + ".bias"]
                 return out
 
             def split(v: Vector) -> Vector:
-                return v.reshape(n, t, heads, size).transpose(0, 2, 1, 3)
+                return np.ascontiguousarray(v.reshape(n, t, heads, size).transpose(0, 2, 1, 3))
 
             q = split(dense(x, "attention.self.query"))
             k = split(dense(x, "attention.self.key"))
             v = split(dense(x, "attention.self.value"))
-            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
+            scores = np.matmul(q, k.transpose(0, 1, 3, 2)) * scale + bias
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
-            context = (scores @ v).transpose(0, 2, 1, 3).reshape(n, t, self.dimensions)
+            context = np.matmul(scores, v).transpose(0, 2, 1, 3).reshape(n * t, self.dimensions)
             x = _layer_norm(
                 dense(context, "attention.output.dense") + x,
                 w[p + "attention.output.LayerNorm.weight"],
                 w[p + "attention.output.LayerNorm.bias"],
             )
             h = dense(x, "intermediate.dense")
-            h = (0.5 * h * (1.0 + _erf(h / np.float32(math.sqrt(2.0))))).astype(np.float32)
+            h = (0.5 * h * (1.0 + _erf(h * np.float32(1 / math.sqrt(2.0))))).astype(np.float32)
             x = _layer_norm(
                 dense(h, "output.dense") + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]
             )
+        x = x.reshape(n, t, self.dimensions)
         summed = (x * mask[:, :, None]).sum(1)
         pooled: Vector = summed / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         return pooled

@@ -42,6 +42,17 @@ MAX_CHUNKS_PER_FILE = 20_000
 MAX_QUERY_CHARS = 4096
 MAX_ATTRIBUTES = 16
 _TERM = re.compile(r"\w+", re.UNICODE)
+# English stop words (PostgreSQL's 'english' configuration drops these; FTS5 would match them), left
+# out of the BM25 query on both back ends so a question's filler words rank nothing.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can did do does doing don down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most
+    my myself no nor not now of off on once only or other our ours ourselves out over own same she
+    should so some such than that the their theirs them themselves then there these they this those
+    through to too under until up very was we were what when where which while who whom why will with
+    you your yours yourself yourselves""".split()
+)
 
 
 class RetrievalError(ValueError):
@@ -102,7 +113,8 @@ def check_attributes(value: Any, param: str = "attributes") -> JSON:
 def _terms(query: str) -> list[str]:
     seen: dict[str, None] = {}
     for term in _TERM.findall(query.lower()):
-        seen.setdefault(term, None)
+        if term not in STOP_WORDS:
+            seen.setdefault(term, None)
     return list(seen)[:64]
 
 

@@ -583,7 +583,8 @@ class VectorStoreTables:
                 restrict = f" AND file_id IN ({marks})" if file_ids is not None else ""
                 rows = await tx.fetch(
                     "SELECT id FROM rg_vs_chunks WHERE vector_store_id = ?"
-                    f"{restrict} ORDER BY (SELECT SUM(a * b) FROM unnest(embedding, ?::real[]) AS t(a, b)) "
+                    f"{restrict} ORDER BY (SELECT SUM(a::float8 * b::float8) "
+                    "FROM unnest(embedding, ?::real[]) AS t(a, b)) "
                     "DESC, id LIMIT ?",
                     store_id,
                     *extra,

@@ -1,0 +1,501 @@
+"""Vector stores, hybrid search and POST /v1/embeddings with the openai SDK against a running gateway
+(docs/file-search.md): the whole API, ownership, bad uploads, SQLite and PostgreSQL giving the same
+answers on one corpus, and ``search_for_tool`` (what the file_search tool calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+
+from conftest import Gateway, start_gateway
+from responses_gateway.providers.scripted import ScriptedProvider
+from responses_gateway.retrieval.service import VectorStores
+from responses_gateway.store import open_store
+from test_store_services import fresh_pg_database
+
+KEY_A, KEY_B = "vs-key-a", "vs-key-b"
+MODEL = "all-MiniLM-L6-v2"
+
+# A small corpus: one topic per file, so each question has one right file.
+CORPUS: dict[str, tuple[bytes, dict[str, Any]]] = {
+    "cats.txt": (
+        b"Cats are small domesticated carnivores. A cat purrs when content, grooms its fur with a rough "
+        b"tongue and hunts mice at night. Kittens open their eyes after about ten days.",
+        {"topic": "animals", "year": 2021},
+    ),
+    "volcanoes.md": (
+        b"# Volcanoes\n\nA volcano is a rupture in the crust where magma reaches the surface as lava. "
+        b"Eruptions throw out ash and gas; Mount Etna in Sicily erupts every few years.",
+        {"topic": "geology", "year": 2019},
+    ),
+    "quicksort.py": (
+        b"def quicksort(items):\n    '''Sort a list: pick a pivot, partition the rest into smaller and\n"
+        b"    larger elements, and sort each part recursively.'''\n    if len(items) <= 1:\n"
+        b"        return items\n    pivot, rest = items[0], items[1:]\n"
+        b"    smaller = [x for x in rest if x < pivot]\n    larger = [x for x in rest if x >= pivot]\n"
+        b"    return quicksort(smaller) + [pivot] + quicksort(larger)\n",
+        {"topic": "code", "year": 2023},
+    ),
+    "bread.html": (
+        b"<html><body><h1>Baking bread</h1><p>Mix flour, water, salt and yeast into a dough, knead it, "
+        b"let it rise for an hour and bake it in a hot oven until the crust is brown.</p></body></html>",
+        {"topic": "cooking", "year": 2022},
+    ),
+    "orbits.json": (
+        b'{"title": "Planetary orbits", "text": "Planets follow elliptical orbits around the Sun; '
+        b'Kepler described their motion and Newton explained it with gravity."}',
+        {"topic": "astronomy", "year": 2020},
+    ),
+}
+QUESTIONS = {
+    "Why does my kitten purr?": "cats.txt",
+    "lava and ash from an eruption": "volcanoes.md",
+    "how to partition around a pivot when sorting": "quicksort.py",
+    "knead the dough and let it rise": "bread.html",
+    "what keeps planets on elliptical paths": "orbits.json",
+}
+
+
+def _client(gw: Gateway, key: str = KEY_A) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0, timeout=60)
+
+
+def _start(url: str, data_dir: Path) -> Gateway:
+    return start_gateway(
+        [ScriptedProvider([{"message": ["ok"]}], name="m")],
+        store_url=url,
+        data_dir=str(data_dir),
+        api_keys=(KEY_A, KEY_B),
+        max_file_bytes=64 * 1024,
+    )
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    data = tmp_path_factory.mktemp("vs-sqlite")
+    served = _start(f"sqlite://{data}/gateway.db", data)
+    yield served
+    served.stop()
+
+
+def _load_corpus(client: openai.OpenAI, **create: Any) -> tuple[str, dict[str, str]]:
+    """A vector store holding the corpus (one batch); its id and file id by name."""
+    store = client.vector_stores.create(name="corpus", **create)
+    ids = {}
+    for name, (data, _) in CORPUS.items():
+        ids[name] = client.files.create(file=(name, data), purpose="assistants").id
+    batch = client.vector_stores.file_batches.create_and_poll(
+        vector_store_id=store.id,
+        files=[{"file_id": ids[name], "attributes": attrs} for name, (_, attrs) in CORPUS.items()],
+        poll_interval_ms=100,
+    )
+    assert batch.status == "completed", batch
+    assert batch.file_counts.completed == len(CORPUS) and batch.file_counts.failed == 0
+    return store.id, ids
+
+
+@pytest.fixture(scope="module")
+def corpus(gw: Gateway) -> tuple[str, dict[str, str]]:
+    return _load_corpus(_client(gw))
+
+
+def _top_files(client: openai.OpenAI, store_id: str, query: str, **kw: Any) -> list[str]:
+    return [hit.filename for hit in client.vector_stores.search(store_id, query=query, **kw).data]
+
+
+# ------------------------------------------------------------------ the API with the SDK
+def test_upload_and_poll_then_search(gw: Gateway) -> None:
+    client = _client(gw)
+    store = client.vector_stores.create(name="notes", metadata={"team": "docs"})
+    assert store.object == "vector_store" and store.id.startswith("vs_")
+    assert store.status == "completed" and store.file_counts.total == 0 and store.usage_bytes == 0
+    done = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id,
+        file=("cats.txt", CORPUS["cats.txt"][0]),
+        attributes={"topic": "animals"},
+        poll_interval_ms=100,
+    )
+    assert done.object == "vector_store.file" and done.status == "completed" and done.last_error is None
+    assert done.vector_store_id == store.id and done.attributes == {"topic": "animals"}
+    assert done.chunking_strategy.type == "static"
+    assert done.usage_bytes == len(CORPUS["cats.txt"][0])
+    page = client.vector_stores.search(store.id, query="purring kitten")
+    assert page.search_query == ["purring kitten"]
+    [hit] = page.data
+    assert hit.file_id == done.id and hit.filename == "cats.txt" and hit.attributes == {"topic": "animals"}
+    assert hit.content[0].type == "text" and "purrs" in hit.content[0].text
+    assert 0 < hit.score <= 1
+    again = client.vector_stores.retrieve(store.id)
+    assert again.file_counts.completed == 1 and again.file_counts.total == 1
+    assert again.usage_bytes == done.usage_bytes and again.metadata == {"team": "docs"}
+
+
+def test_hybrid_search_finds_each_topic(gw: Gateway, corpus: tuple[str, dict[str, str]]) -> None:
+    client = _client(gw)
+    store_id, ids = corpus
+    for question, expected in QUESTIONS.items():
+        page = client.vector_stores.search(store_id, query=question, max_num_results=3)
+        assert page.data[0].filename == expected, (question, [h.filename for h in page.data])
+        assert page.data[0].file_id == ids[expected]
+        assert len(page.data) <= 3
+        scores = [h.score for h in page.data]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_search_options(gw: Gateway, corpus: tuple[str, dict[str, str]]) -> None:
+    client = _client(gw)
+    store_id, _ = corpus
+    assert len(client.vector_stores.search(store_id, query="the", max_num_results=1).data) == 1
+    # Filters on attributes: comparison and compound.
+    only = _top_files(client, store_id, "lava", filters={"type": "eq", "key": "topic", "value": "code"})
+    assert only == ["quicksort.py"]
+    recent = _top_files(
+        client,
+        store_id,
+        "anything at all",
+        filters={
+            "type": "and",
+            "filters": [
+                {"type": "gte", "key": "year", "value": 2021},
+                {"type": "nin", "key": "topic", "value": ["code"]},
+            ],
+        },
+    )
+    assert sorted(recent) == ["bread.html", "cats.txt"]
+    assert _top_files(client, store_id, "lava", filters={"type": "eq", "key": "topic", "value": "none"}) == []
+    # ranking_options: a threshold of 1 keeps only a chunk first on both lists.
+    best = client.vector_stores.search(
+        store_id, query="volcano lava eruption", ranking_options={"score_threshold": 1.0}
+    )
+    assert [h.filename for h in best.data] == ["volcanoes.md"] and best.data[0].score == 1.0
+    # Text weight only: pure BM25, so a query sharing no word with any chunk finds nothing.
+    text_only = {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}, "score_threshold": 0.01}
+    assert _top_files(client, store_id, "feline", ranking_options=text_only) == []
+    vector_only = {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}}
+    assert _top_files(client, store_id, "feline", ranking_options=vector_only, max_num_results=1) == [
+        "cats.txt"
+    ]
+    # A list of queries is one search.
+    assert client.vector_stores.search(store_id, query=["magma", "Etna"]).search_query == ["magma", "Etna"]
+    for bad in (
+        {"max_num_results": 0},
+        {"max_num_results": 51},
+        {"filters": {"type": "like", "key": "a", "value": 1}},
+        {"ranking_options": {"score_threshold": 2}},
+        {"ranking_options": {"ranker": "best"}},
+        {"rewrite_query": True},
+    ):
+        with pytest.raises(openai.BadRequestError):
+            client.vector_stores.search(store_id, query="x", **bad)
+    with pytest.raises(openai.BadRequestError):
+        client.vector_stores.search(store_id, query="")
+
+
+def test_list_update_delete(gw: Gateway) -> None:
+    client = _client(gw)
+    first = client.vector_stores.create(name="one")
+    second = client.vector_stores.create(name="two", expires_after={"anchor": "last_active_at", "days": 7})
+    assert second.expires_after is not None and second.expires_after.days == 7
+    assert second.expires_at == second.last_active_at + 7 * 86400
+    listed = [s.id for s in client.vector_stores.list(limit=100)]
+    assert listed.index(second.id) < listed.index(first.id)  # newest first
+    page = client.vector_stores.list(limit=1, order="asc", after=first.id)
+    assert page.data[0].id != first.id
+    renamed = client.vector_stores.update(first.id, name="uno", metadata={"k": "v"})
+    assert (renamed.name, renamed.metadata) == ("uno", {"k": "v"})
+    file_id = client.files.create(file=("a.txt", b"alpha beta gamma"), purpose="assistants").id
+    attached = client.vector_stores.files.create_and_poll(
+        vector_store_id=first.id, file_id=file_id, poll_interval_ms=100
+    )
+    assert attached.status == "completed"
+    assert [f.id for f in client.vector_stores.files.list(first.id)] == [file_id]
+    assert [f.id for f in client.vector_stores.files.list(first.id, filter="completed")] == [file_id]
+    assert list(client.vector_stores.files.list(first.id, filter="failed")) == []
+    updated = client.vector_stores.files.update(
+        file_id=file_id, vector_store_id=first.id, attributes={"x": 1}
+    )
+    assert updated.attributes == {"x": 1}
+    assert client.vector_stores.files.retrieve(file_id=file_id, vector_store_id=first.id).attributes == {
+        "x": 1
+    }
+    assert _top_files(client, first.id, "gamma") == ["a.txt"]
+    gone = client.vector_stores.files.delete(file_id=file_id, vector_store_id=first.id)
+    assert gone.deleted and gone.object == "vector_store.file.deleted"
+    assert _top_files(client, first.id, "gamma") == []
+    assert client.vector_stores.retrieve(first.id).file_counts.total == 0
+    deleted = client.vector_stores.delete(first.id)
+    assert deleted.deleted and deleted.object == "vector_store.deleted"
+    with pytest.raises(openai.NotFoundError):
+        client.vector_stores.retrieve(first.id)
+    for bad in (
+        {"expires_after": {"anchor": "created_at", "days": 1}},
+        {"name": "x" * 300},
+        {"extra_body": {"shape": 1}},
+    ):
+        with pytest.raises(openai.BadRequestError):
+            client.vector_stores.create(**bad)  # type: ignore[arg-type]
+
+
+def test_file_batches(gw: Gateway) -> None:
+    client = _client(gw)
+    store = client.vector_stores.create(name="batch")
+    ids = [
+        client.files.create(file=(f"n{i}.txt", f"note {i}".encode()), purpose="assistants").id
+        for i in range(3)
+    ]
+    bad = client.files.create(file=("blank.txt", b"   \n"), purpose="assistants").id
+    batch = client.vector_stores.file_batches.create_and_poll(
+        vector_store_id=store.id, file_ids=[*ids, bad], attributes={"kind": "note"}, poll_interval_ms=100
+    )
+    assert batch.object == "vector_store.files_batch" and batch.id.startswith("vsfb_")
+    assert batch.status == "completed"
+    counts = batch.file_counts
+    assert (counts.completed, counts.failed, counts.total) == (3, 1, 4)
+    listed = client.vector_stores.file_batches.list_files(batch_id=batch.id, vector_store_id=store.id)
+    assert sorted(f.id for f in listed) == sorted([*ids, bad])
+    failed = client.vector_stores.file_batches.list_files(
+        batch_id=batch.id, vector_store_id=store.id, filter="failed"
+    )
+    [blank] = list(failed)
+    assert blank.id == bad and blank.last_error is not None and "empty" in blank.last_error.message
+    assert all(f.attributes == {"kind": "note"} for f in listed if f.status == "completed")
+    again = client.vector_stores.file_batches.retrieve(batch_id=batch.id, vector_store_id=store.id)
+    assert again.file_counts.total == 4
+    cancelled = client.vector_stores.file_batches.cancel(batch_id=batch.id, vector_store_id=store.id)
+    assert cancelled.status == "cancelled" and cancelled.file_counts.completed == 3
+    with pytest.raises(openai.NotFoundError):
+        client.vector_stores.file_batches.retrieve(batch_id="vsfb_missing", vector_store_id=store.id)
+    with pytest.raises(openai.NotFoundError):
+        client.vector_stores.file_batches.create(vector_store_id=store.id, file_ids=["file-missing"])
+
+
+def test_ownership(gw: Gateway) -> None:
+    """Another API key sees nothing of a store: every endpoint answers 404."""
+    mine = _client(gw)
+    other = _client(gw, KEY_B)
+    store_id = mine.vector_stores.create(name="mine").id
+    file_id = mine.vector_stores.files.upload_and_poll(
+        vector_store_id=store_id, file=("cats.txt", CORPUS["cats.txt"][0]), poll_interval_ms=100
+    ).id
+    batch = mine.vector_stores.file_batches.create(vector_store_id=store_id, file_ids=[file_id])
+    assert store_id not in [s.id for s in other.vector_stores.list()]
+    calls = [
+        lambda: other.vector_stores.retrieve(store_id),
+        lambda: other.vector_stores.update(store_id, name="x"),
+        lambda: other.vector_stores.delete(store_id),
+        lambda: other.vector_stores.search(store_id, query="cat"),
+        lambda: other.vector_stores.files.list(store_id),
+        lambda: other.vector_stores.files.create(vector_store_id=store_id, file_id=file_id),
+        lambda: other.vector_stores.files.retrieve(file_id=file_id, vector_store_id=store_id),
+        lambda: other.vector_stores.files.update(file_id=file_id, vector_store_id=store_id, attributes={}),
+        lambda: other.vector_stores.files.delete(file_id=file_id, vector_store_id=store_id),
+        lambda: other.vector_stores.file_batches.create(vector_store_id=store_id, file_ids=[file_id]),
+        lambda: other.vector_stores.file_batches.retrieve(batch_id=batch.id, vector_store_id=store_id),
+        lambda: other.vector_stores.file_batches.cancel(batch_id=batch.id, vector_store_id=store_id),
+        lambda: other.vector_stores.file_batches.list_files(batch_id=batch.id, vector_store_id=store_id),
+    ]
+    for call in calls:
+        with pytest.raises(openai.NotFoundError):
+            call()
+    # Nor can another key put my file in its own store.
+    theirs = other.vector_stores.create(name="theirs")
+    with pytest.raises(openai.NotFoundError):
+        other.vector_stores.files.create(vector_store_id=theirs.id, file_id=file_id)
+    with pytest.raises(openai.NotFoundError):
+        other.vector_stores.file_batches.create(vector_store_id=theirs.id, file_ids=[file_id])
+    assert mine.vector_stores.retrieve(store_id).name == "mine"
+    _wait_idle(mine, store_id)
+
+
+def _wait_idle(client: openai.OpenAI, store_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while client.vector_stores.retrieve(store_id).file_counts.in_progress:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_bad_uploads_leave_nothing(gw: Gateway) -> None:
+    client = _client(gw)
+    store = client.vector_stores.create(name="bad")
+    cases = {
+        "empty.txt": b"",
+        "binary.bin": bytes(range(256)) * 4,
+        "broken.pdf": b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\nthis is not a pdf body\x00\xff",
+    }
+    for name, data in cases.items():
+        file_id = client.files.create(file=(name, data), purpose="assistants").id
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.vector_stores.files.create(vector_store_id=store.id, file_id=file_id)
+        assert caught.value.body is not None and caught.value.code in ("invalid_file", "unsupported_file"), (
+            name
+        )
+    with pytest.raises(openai.APIStatusError) as too_big:
+        client.vector_stores.files.upload(vector_store_id=store.id, file=("big.txt", b"x" * (65 * 1024)))
+    assert too_big.value.status_code == 413
+    with pytest.raises(openai.NotFoundError):
+        client.vector_stores.files.create(vector_store_id=store.id, file_id="file-none")
+    with pytest.raises(openai.BadRequestError):
+        client.vector_stores.files.create(
+            vector_store_id=store.id,
+            file_id=client.files.create(file=("ok.txt", b"fine"), purpose="assistants").id,
+            chunking_strategy={
+                "type": "static",
+                "static": {"max_chunk_size_tokens": 50, "chunk_overlap_tokens": 0},
+            },
+        )
+    after = client.vector_stores.retrieve(store.id)
+    assert after.file_counts.total == 0 and after.usage_bytes == 0
+    assert list(client.vector_stores.files.list(store.id)) == []
+
+
+def test_static_chunking(gw: Gateway) -> None:
+    client = _client(gw)
+    store = client.vector_stores.create(name="chunks")
+    words = " ".join(f"word{i}" for i in range(400))
+    file_id = client.files.create(file=("long.txt", words.encode()), purpose="assistants").id
+    done = client.vector_stores.files.create_and_poll(
+        vector_store_id=store.id,
+        file_id=file_id,
+        chunking_strategy={
+            "type": "static",
+            "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 50},
+        },
+        poll_interval_ms=100,
+    )
+    assert done.chunking_strategy.static.max_chunk_size_tokens == 100  # type: ignore[union-attr]
+    hits = client.vector_stores.search(store.id, query="word399", max_num_results=50).data
+    # Several overlapping chunks of the one file; the last word is in the last chunk and the one before.
+    assert len(hits) > 5
+    assert sum("word399" in h.content[0].text for h in hits) >= 1
+    assert all(h.file_id == file_id for h in hits)
+    # Chunks overlap: usage counts the overlapping text twice.
+    assert done.usage_bytes > len(words)
+
+
+# ------------------------------------------------------------------ embeddings
+def test_embeddings(gw: Gateway) -> None:
+    client = _client(gw)
+    out = client.embeddings.create(
+        model=MODEL, input=["a cat purrs", "a kitten purring", "the compiler failed"]
+    )
+    assert out.model == MODEL and out.object == "list" and [d.index for d in out.data] == [0, 1, 2]
+    vectors = np.array([d.embedding for d in out.data])
+    assert vectors.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3
+    assert out.usage.prompt_tokens == out.usage.total_tokens > 6
+    single = client.embeddings.create(model=MODEL, input="a cat purrs", encoding_format="float")
+    assert np.allclose(single.data[0].embedding, vectors[0], atol=1e-5)
+    # The SDK asks for base64 by default and decodes it; ask for it by hand too.
+    raw = client.embeddings.with_raw_response.create(
+        model=MODEL, input="a cat purrs", encoding_format="base64"
+    )
+    decoded = np.frombuffer(base64.b64decode(raw.http_response.json()["data"][0]["embedding"]), dtype="<f4")
+    assert np.allclose(decoded, vectors[0], atol=1e-5)
+    assert client.embeddings.create(model=MODEL, input="x", dimensions=384).data[0].embedding
+    for bad in ({"dimensions": 128}, {"input": []}, {"input": [1, 2, 3]}, {"input": ""}):
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(**{"model": MODEL, "input": "x", **bad})  # type: ignore[arg-type]
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="text-embedding-3-small", input="x")
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=gw.base_url, api_key="wrong", max_retries=0).embeddings.create(
+            model=MODEL, input="x"
+        )
+
+
+# ------------------------------------------------------------------ SQLite and PostgreSQL
+def test_sqlite_and_postgresql_give_the_same_results(
+    gw: Gateway, corpus: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    pg = _start(fresh_pg_database("rg_vector_stores_test"), tmp_path)
+    try:
+        pg_store, _ = _load_corpus(_client(pg))
+        sqlite_store, _ = corpus
+        vectors_only = {"ranking_options": {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}}}
+        text_only = {"ranking_options": {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}}}
+        older = {"filters": {"type": "lt", "key": "year", "value": 2022}}
+        for question in [*QUESTIONS, "anything about animals or code", "Etna"]:
+            # The same vectors rank the same on both (cosine in sqlite-vec, a dot product in SQL).
+            for options in (vectors_only, {**vectors_only, **older}):
+                lite = _top_files(_client(gw), sqlite_store, question, **options)
+                post = _top_files(_client(pg), pg_store, question, **options)
+                assert lite == post, (question, options)
+            # BM25 (FTS5) and ts_rank weigh weak matches differently: the same best hit, hybrid or not.
+            for options in ({}, {"max_num_results": 2}, older, text_only):
+                lite = _top_files(_client(gw), sqlite_store, question, **options)
+                post = _top_files(_client(pg), pg_store, question, **options)
+                assert lite[:1] == post[:1], (question, options, lite, post)
+        for question, expected in QUESTIONS.items():
+            assert _top_files(_client(pg), pg_store, question)[0] == expected
+    finally:
+        pg.stop()
+
+
+# ------------------------------------------------------------------ the file_search tool's entry point
+def test_search_for_tool(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = await open_store(f"sqlite://{tmp_path}/gateway.db")
+        blobs = {
+            "file-a": ("cats.txt", CORPUS["cats.txt"][0]),
+            "file-b": ("volcanoes.md", CORPUS["volcanoes.md"][0]),
+        }
+
+        async def read(owner: str, file_id: str) -> tuple[dict[str, Any], bytes]:
+            name, data = blobs[file_id]
+            return {"filename": name}, data
+
+        service = VectorStores(lambda: store, read)
+        await service.start()
+        try:
+            ids = []
+            for file_id in blobs:
+                created = await service.create("alice", {"name": file_id, "chunking_strategy": None})
+                await service.attach(
+                    "alice",
+                    created["id"],
+                    file_id,
+                    attributes={"f": file_id},
+                    chunking={
+                        "type": "static",
+                        "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400},
+                    },
+                )
+                ids.append(created["id"])
+            await service.idle()
+            hits = await service.search_for_tool(
+                "alice", ids, "lava from Etna", max_num_results=5, filters=None, ranking_options=None
+            )
+            assert [h["filename"] for h in hits] == ["volcanoes.md", "cats.txt"]
+            assert set(hits[0]) == {"file_id", "filename", "score", "attributes", "text"}
+            assert hits[0]["file_id"] == "file-b" and hits[0]["attributes"] == {"f": "file-b"}
+            assert hits[0]["score"] >= hits[1]["score"] and "Etna" in hits[0]["text"]
+            one = await service.search_for_tool(
+                "alice",
+                ids,
+                "lava",
+                max_num_results=1,
+                filters={"type": "eq", "key": "f", "value": "file-a"},
+                ranking_options={"score_threshold": 0},
+            )
+            assert [h["file_id"] for h in one] == ["file-a"]
+            with pytest.raises(LookupError) as missing:
+                await service.search_for_tool(
+                    "bob", ids, "lava", max_num_results=5, filters=None, ranking_options=None
+                )
+            assert missing.value.args == (ids[0],)
+        finally:
+            await service.aclose()
+            await store.close()
+
+    asyncio.run(scenario())
+    assert math.isfinite(1.0)
