@@ -20,6 +20,7 @@ from conftest import Gateway, start_gateway
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.retrieval.service import VectorStores
 from responses_gateway.store import open_store
+from test_documents import make_pdf
 from test_store_services import fresh_pg_database
 
 KEY_A, KEY_B = "vs-key-a", "vs-key-b"
@@ -266,7 +267,7 @@ def test_file_batches(gw: Gateway) -> None:
         batch_id=batch.id, vector_store_id=store.id, filter="failed"
     )
     [blank] = list(failed)
-    assert blank.id == bad and blank.last_error is not None and "empty" in blank.last_error.message
+    assert blank.id == bad and blank.last_error is not None and "no text" in blank.last_error.message
     assert all(f.attributes == {"kind": "note"} for f in listed if f.status == "completed")
     again = client.vector_stores.file_batches.retrieve(batch_id=batch.id, vector_store_id=store.id)
     assert again.file_counts.total == 4
@@ -355,6 +356,29 @@ def test_bad_uploads_leave_nothing(gw: Gateway) -> None:
     after = client.vector_stores.retrieve(store.id)
     assert after.file_counts.total == 0 and after.usage_bytes == 0
     assert list(client.vector_stores.files.list(store.id)) == []
+
+
+def test_pdf_and_html_are_read_as_text(gw: Gateway) -> None:
+    client = _client(gw)
+    store = client.vector_stores.create(name="docs")
+    pdf = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id,
+        file=("facts.pdf", make_pdf("The capital of Freedonia is Fredville.", "Its river is the Fred.")),
+        poll_interval_ms=100,
+    )
+    assert pdf.status == "completed"
+    [hit] = client.vector_stores.search(store.id, query="capital of Freedonia").data
+    assert (
+        hit.filename == "facts.pdf" and "Fredville" in hit.content[0].text and "river" in hit.content[0].text
+    )
+    html = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id, file=("bread.html", CORPUS["bread.html"][0]), poll_interval_ms=100
+    )
+    assert html.status == "completed"
+    top = client.vector_stores.search(store.id, query="knead the dough", max_num_results=1).data[0]
+    assert (
+        top.filename == "bread.html" and "knead" in top.content[0].text and "<p>" not in top.content[0].text
+    )
 
 
 def test_static_chunking(gw: Gateway) -> None:

@@ -1,4 +1,4 @@
 """Retrieval: embeddings, chunking, background ingestion and hybrid search for vector stores.
 
-Imports ``store`` and ``protocol`` only (docs/file-search.md).
+Imports ``store``, ``protocol`` and the package-root ``documents`` only (docs/file-search.md).
 """

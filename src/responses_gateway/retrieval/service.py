@@ -10,7 +10,6 @@ their attributes before either index is read, so a filter never empties a page t
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import os
 import re
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import documents
 from ..store import Store
 from ..store.db import SqliteDatabase
 from ..store.schema import migrate
@@ -44,15 +44,14 @@ MAX_ATTRIBUTES = 16
 _TERM = re.compile(r"\w+", re.UNICODE)
 # English stop words (PostgreSQL's 'english' configuration drops these; FTS5 would match them), left
 # out of the BM25 query on both back ends so a question's filler words rank nothing.
-STOP_WORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can did do does doing don down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just me more most
-    my myself no nor not now of off on once only or other our ours ourselves out over own same she
-    should so some such than that the their theirs them themselves then there these they this those
-    through to too under until up very was we were what when where which while who whom why will with
-    you your yours yourself yourselves""".split()
-)
+_STOP_TEXT = """a about above after again against all am an and any are as at be because been before being
+below between both but by can did do does doing don down during each few for from further had has
+have having he her here hers herself him himself his how i if in into is it its itself just me more
+most my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+you your yours yourself yourselves"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
 
 
 class RetrievalError(ValueError):
@@ -68,28 +67,14 @@ class RetrievalError(ValueError):
 
 
 def extract_text(data: bytes, filename: str, content_type: str | None = None) -> str:
-    """A document's text through ``documents.extract_text`` (parsers for PDF, HTML, …), or, until
-    that module is in this tree, UTF-8 text only. Raises :class:`RetrievalError` with the reason."""
+    """A document's text (``documents.extract_text``: text, Markdown, HTML, JSON, code, PDF), or
+    :class:`RetrievalError` naming why there is none: ``unsupported_file`` for a type it cannot
+    read, ``invalid_file`` for an empty, corrupt or textless one."""
     try:
-        documents = importlib.import_module("..documents", __package__)
-    except ImportError:
-        documents = None
-    if documents is not None:
-        try:
-            text: str = documents.extract_text(data, filename, content_type)
-        except documents.DocumentError as exc:
-            raise RetrievalError(str(exc), "file_id", "invalid_file") from None
-    else:
-        if not data.strip():
-            raise RetrievalError(f"The file '{filename}' is empty.", "file_id", "invalid_file")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise RetrievalError(
-                f"The file '{filename}' is not a supported type (this build reads UTF-8 text).",
-                "file_id",
-                "unsupported_file",
-            ) from None
+        text = documents.extract_text(data, filename, content_type)
+    except documents.DocumentError as exc:
+        code = "unsupported_file" if exc.reason in ("unsupported_type", "undecodable") else "invalid_file"
+        raise RetrievalError(str(exc), "file_id", code) from None
     if not text.strip():
         raise RetrievalError(f"The file '{filename}' has no text to index.", "file_id", "invalid_file")
     return text
