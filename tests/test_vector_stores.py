@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import math
+import threading
 import time
+import zlib
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import openai
 import pytest
 
 from conftest import Gateway, start_gateway
+from responses_gateway.config import parse_config
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.retrieval.service import VectorStores
+from responses_gateway.server.registry import registry_from_config
 from responses_gateway.store import open_store
 from test_documents import make_pdf
 from test_store_services import fresh_pg_database
@@ -523,3 +529,100 @@ def test_search_for_tool(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
     assert math.isfinite(1.0)
+
+
+# ------------------------------------------------------------ an embeddings upstream (models file)
+class _HashEmbeddings(BaseHTTPRequestHandler):
+    """An OpenAI-compatible POST /v1/embeddings: a hashed bag of words, ``dimensions[0]`` wide."""
+
+    dimensions: ClassVar[list[int]] = [16]
+    seen: ClassVar[list[tuple[str | None, dict[str, Any]]]] = []
+    fail: ClassVar[list[bool]] = [False]
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).seen.append((self.headers.get("authorization"), body))
+        if self.fail[0]:
+            self.send_response(500)
+            self.end_headers()
+            return
+        data = []
+        for i, text in enumerate(body["input"]):
+            vector = [0.0] * self.dimensions[0]
+            for word in text.lower().split():
+                vector[zlib.crc32(word.strip(".,?").encode()) % self.dimensions[0]] += 1.0
+            data.append({"object": "embedding", "index": i, "embedding": vector})
+        tokens = sum(len(t.split()) for t in body["input"])
+        out = json.dumps(
+            {
+                "object": "list",
+                "data": data,
+                "model": body["model"],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_embeddings_upstream_from_the_models_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _HashEmbeddings)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HASH_EMBED_KEY", "sk-hash-secret")
+    config = parse_config(
+        "models:\n"
+        "  - name: hash-embed\n"
+        "    provider: openai-chat\n"
+        f"    base_url: http://127.0.0.1:{upstream.server_port}/v1\n"
+        "    upstream_model: hash-v1\n"
+        "    api_key_env: HASH_EMBED_KEY\n"
+    )
+    registry = registry_from_config(config, local=False)
+    gw = start_gateway(
+        registry, store_url=f"sqlite://{tmp_path}/gateway.db", data_dir=str(tmp_path), api_keys=(KEY_A,)
+    )
+    try:
+        client = _client(gw)
+        out = client.embeddings.create(model="hash-embed", input=["red apple", "green apple pie"])
+        assert out.model == "hash-embed" and len(out.data[0].embedding) == 16
+        assert out.usage.prompt_tokens == 5
+        auth, body = _HashEmbeddings.seen[-1]
+        assert auth == "Bearer sk-hash-secret" and body["model"] == "hash-v1"
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(model="hash-embed", input="x", dimensions=8)
+        store = client.vector_stores.create(name="remote", extra_body={"embedding_model": "hash-embed"})
+        assert store.model_extra is not None
+        assert (store.model_extra["embedding_model"], store.model_extra["dimensions"]) == ("hash-embed", 16)
+        for name in ("cats.txt", "volcanoes.md"):
+            done = client.vector_stores.files.upload_and_poll(
+                vector_store_id=store.id, file=(name, CORPUS[name][0]), poll_interval_ms=100
+            )
+            assert done.status == "completed", done.last_error
+        vectors_only = {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}}
+        assert _top_files(client, store.id, "lava ash", ranking_options=vectors_only)[0] == "volcanoes.md"
+        # The upstream now answers with another dimension: refused, never compared across spaces.
+        _HashEmbeddings.dimensions[0] = 8
+        with pytest.raises(openai.BadRequestError) as mismatch:
+            client.vector_stores.search(store.id, query="lava")
+        assert mismatch.value.code == "embedding_mismatch"
+        late = client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=("bread.html", CORPUS["bread.html"][0]), poll_interval_ms=100
+        )
+        assert late.status == "failed" and late.last_error is not None
+        assert late.last_error.code == "embedding_mismatch"  # type: ignore[comparison-overlap]
+        # An upstream failure is a 502 that does not reveal the key.
+        _HashEmbeddings.fail[0] = True
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.embeddings.create(model="hash-embed", input="x")
+        assert failed.value.status_code == 502 and "sk-hash-secret" not in failed.value.response.text
+    finally:
+        gw.stop()
+        upstream.shutdown()
+        _HashEmbeddings.dimensions[0] = 16
+        _HashEmbeddings.fail[0] = False

@@ -15,10 +15,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import struct
 import threading
+import urllib.error
+import urllib.request
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +35,7 @@ __all__ = [
     "EmbedderUnavailable",
     "Embedding",
     "LocalEmbedder",
+    "RemoteEmbedder",
     "local_embedder",
 ]
 
@@ -62,6 +66,9 @@ class Embedder(Protocol):
 
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         """The character span of each token of ``text`` (for chunking by tokens)."""
+
+    def probe(self) -> int:
+        """The dimension, learning it if need be (blocking)."""
 
 
 def _model_zip() -> Path:
@@ -94,13 +101,34 @@ def _read_safetensors(data: bytes) -> dict[str, Vector]:
 
 
 def _erf(x: Vector) -> Vector:
-    # Abramowitz & Stegun 7.1.26 (error below 1.5e-7): numpy has no erf, and BERT's GELU is exact.
-    sign = np.sign(x)
+    """erf, in place (Abramowitz & Stegun 7.1.26, error below 1.5e-7): numpy has none, and BERT's
+    GELU is the exact one."""
     a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    out: Vector = (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
-    return out
+    negative = x < 0
+    t = a * np.float32(0.3275911)
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * np.float32(1.061405429)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += np.float32(c)
+        poly *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a
+    np.subtract(1.0, poly, out=poly)
+    np.negative(poly, out=poly, where=negative)
+    return poly
+
+
+def _gelu(h: Vector) -> Vector:
+    """BERT's exact GELU, ``h * Φ(h)``, in place."""
+    g = h * np.float32(1 / math.sqrt(2.0))
+    g = _erf(g)
+    g += 1.0
+    g *= h
+    g *= 0.5
+    return g
 
 
 def _layer_norm(x: Vector, weight: Vector, bias: Vector, eps: float = 1e-12) -> Vector:
@@ -152,6 +180,9 @@ class LocalEmbedder:
                     weights[name] = np.ascontiguousarray(weights[name].T)
             self._tokenizer = tokenizer
             self._weights = weights
+
+    def probe(self) -> int:
+        return self.dimensions
 
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         self.load()
@@ -217,9 +248,13 @@ class LocalEmbedder:
             q = split(dense(x, "attention.self.query"))
             k = split(dense(x, "attention.self.key"))
             v = split(dense(x, "attention.self.value"))
-            scores = np.matmul(q, k.transpose(0, 1, 3, 2)) * scale + bias
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            scores /= scores.sum(-1, keepdims=True)
+            # In place: at 256 tokens the element-wise work, not the matmuls, is most of the time.
+            scores = np.matmul(q, k.transpose(0, 1, 3, 2))
+            scores *= scale
+            scores += bias
+            scores -= scores.max(-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores *= 1.0 / scores.sum(-1, keepdims=True)
             context = np.matmul(scores, v).transpose(0, 2, 1, 3).reshape(n * t, self.dimensions)
             x = _layer_norm(
                 dense(context, "attention.output.dense") + x,
@@ -227,7 +262,7 @@ class LocalEmbedder:
                 w[p + "attention.output.LayerNorm.bias"],
             )
             h = dense(x, "intermediate.dense")
-            h = (0.5 * h * (1.0 + _erf(h * np.float32(1 / math.sqrt(2.0))))).astype(np.float32)
+            h = _gelu(h)
             x = _layer_norm(
                 dense(h, "output.dense") + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]
             )
@@ -248,3 +283,84 @@ def local_embedder() -> LocalEmbedder:
         if _LOCAL is None:
             _LOCAL = LocalEmbedder()
         return _LOCAL
+
+
+_WORDISH = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+class RemoteEmbedder:
+    """An OpenAI-compatible ``POST {base_url}/embeddings`` upstream (a models-file model whose
+    provider is ``openai`` or ``openai-chat``). Its dimension is learnt from its first answer
+    (:meth:`probe`); vectors are renormalised to unit length. It has no tokenizer here: chunks are
+    counted in words and punctuation marks, roughly the tokens of BPE tokenizers."""
+
+    batch_size = 64
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        upstream_model: str,
+        api_key: Callable[[], str | None],
+        *,
+        timeout: float = 60.0,
+    ) -> None:
+        self.name = name
+        self.dimensions = 0
+        self._url = base_url.rstrip("/") + "/embeddings"
+        self._model = upstream_model
+        self._key = api_key
+        self._timeout = timeout
+
+    def probe(self) -> int:
+        """The upstream's dimension (one short embedding the first time)."""
+        if not self.dimensions:
+            self.embed(["dimension probe"])
+        return self.dimensions
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in _WORDISH.finditer(text)]
+
+    def embed(self, texts: Sequence[str]) -> Embedding:
+        rows: list[Vector] = []
+        tokens = 0
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            answer = self._post({"model": self._model, "input": batch, "encoding_format": "float"})
+            try:
+                data = sorted(answer["data"], key=lambda d: int(d["index"]))
+                vectors = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+                tokens += int((answer.get("usage") or {}).get("prompt_tokens") or 0)
+            except (KeyError, TypeError, ValueError):
+                raise EmbedderUnavailable(
+                    f"the embeddings upstream of '{self.name}' sent a malformed answer"
+                ) from None
+            if vectors.ndim != 2 or vectors.shape[0] != len(batch):
+                raise EmbedderUnavailable(f"the embeddings upstream of '{self.name}' sent a malformed answer")
+            rows.append(vectors)
+        out = np.concatenate(rows) if rows else np.zeros((0, self.dimensions), dtype=np.float32)
+        if out.size:
+            self.dimensions = int(out.shape[1])
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return Embedding(out.astype(np.float32), tokens)
+
+    def _post(self, body: dict[str, Any]) -> Any:
+        headers = {"content-type": "application/json"}
+        key = self._key()
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(
+            self._url, data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as reply:
+                return json.loads(reply.read(64 << 20))
+        except urllib.error.HTTPError as exc:
+            raise EmbedderUnavailable(
+                f"the embeddings upstream of '{self.name}' answered HTTP {exc.code}"
+            ) from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = type(exc).__name__
+            raise EmbedderUnavailable(
+                f"the embeddings upstream of '{self.name}' cannot be reached ({reason})"
+            ) from None

@@ -106,10 +106,17 @@ def _terms(query: str) -> list[str]:
 class VectorStores:
     """Vector stores over the store's database, for the HTTP API and the file_search tool."""
 
-    def __init__(self, store: Callable[[], Store | None], read_file: FileReader) -> None:
+    def __init__(
+        self,
+        store: Callable[[], Store | None],
+        read_file: FileReader,
+        remote: Callable[[str], Embedder | None] | None = None,
+    ) -> None:
         self._store = store
         self._read_file = read_file
+        # The local model, then the models file's embeddings upstreams (``remote``), made on first use.
         self.embedders: dict[str, Embedder] = {LOCAL_MODEL: local_embedder()}
+        self._remote = remote
         self._tables: VectorStoreTables | None = None
         self._own_db: ExtensionSqliteDatabase | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -161,6 +168,10 @@ class VectorStores:
 
     def embedder(self, name: str) -> Embedder:
         embedder = self.embedders.get(name)
+        if embedder is None and self._remote is not None:
+            embedder = self._remote(name)
+            if embedder is not None:
+                self.embedders[name] = embedder
         if embedder is None:
             raise RetrievalError(
                 f"The embedding model '{name[:100]}' is not served here. Served: "
@@ -183,6 +194,11 @@ class VectorStores:
         if not isinstance(model, str):
             raise RetrievalError("'embedding_model' must be a string.", "embedding_model")
         embedder = self.embedder(model)
+        if not embedder.dimensions:
+            try:
+                await asyncio.to_thread(embedder.probe)
+            except EmbedderUnavailable as exc:
+                raise RetrievalError(str(exc), "embedding_model", "upstream_error", 502) from None
         store_id = f"vs_{time.time_ns():016x}{os.urandom(8).hex()}"
         created = await self.tables.create_store(
             owner,
@@ -247,7 +263,7 @@ class VectorStores:
             row = await tables.file_row(store_id, file_id)
             if row is None or row[0] != "in_progress":
                 return
-            _, filename, strategy, model = row
+            _, filename, strategy, model, dimensions = row
             try:
                 if text is None:
                     if data is None:
@@ -271,12 +287,17 @@ class VectorStores:
                         f"The file has more than {MAX_CHUNKS_PER_FILE} chunks.", "file_id", "invalid_file"
                     )
                 vectors = (await asyncio.to_thread(embedder.embed, chunks)).vectors
-                if vectors.shape[1] != embedder.dimensions:
-                    raise RetrievalError("The embedding model returned vectors of another dimension.")
+                if vectors.shape[1] != dimensions:
+                    raise RetrievalError(
+                        f"The vector store holds {dimensions}-dimension vectors; '{model}' now gives "
+                        f"{vectors.shape[1]}.",
+                        None,
+                        "embedding_mismatch",
+                    )
                 rows = self._vector_rows(vectors)
                 usage = sum(len(c.encode("utf-8")) for c in chunks)
                 await tables.complete_file(
-                    store_id, file_id, chunks, rows, dimensions=embedder.dimensions, usage_bytes=usage
+                    store_id, file_id, chunks, rows, dimensions=dimensions, usage_bytes=usage
                 )
             except asyncio.CancelledError:
                 raise
@@ -318,25 +339,29 @@ class VectorStores:
             except FilterError as exc:
                 raise RetrievalError(str(exc), "filters") from None
         embedder = self.embedder(str(found["embedding_model"]))
-        if embedder.dimensions != int(found["dimensions"]):
-            raise RetrievalError(
-                f"The vector store was built with {found['dimensions']}-dimension vectors; "
-                f"'{embedder.name}' now gives {embedder.dimensions}.",
-                "vector_store_id",
-                "embedding_mismatch",
-            )
+        dimensions = int(found["dimensions"])
         files = await self.tables.searchable_files(store_id)
         allowed = [f for f in files if filters is None or matches(filters, f[2])]
         if not allowed:
             return []
         restrict = None if len(allowed) == len(files) else [f[0] for f in allowed]
         depth = max(max_num_results * 4, 40)
-        vector = (await asyncio.to_thread(embedder.embed, [text])).vectors[0]
+        try:
+            vector = (await asyncio.to_thread(embedder.embed, [text])).vectors[0]
+        except EmbedderUnavailable as exc:
+            raise RetrievalError(str(exc), None, "upstream_error", 502) from None
+        if vector.shape[0] != dimensions:
+            raise RetrievalError(
+                f"The vector store was built with {dimensions}-dimension vectors; "
+                f"'{embedder.name}' now gives {vector.shape[0]}.",
+                "vector_store_id",
+                "embedding_mismatch",
+            )
         text_ids = await self.tables.text_search(store_id, _terms(text), depth, restrict)
         vector_ids = await self.tables.vector_search(
             store_id,
             self._vector_rows(vector[None])[0],
-            dimensions=embedder.dimensions,
+            dimensions=dimensions,
             limit=depth,
             file_ids=restrict,
         )

@@ -30,7 +30,7 @@ from .chat_completions import ChatCompletionsAPI
 from .config import ServerConfig
 from .containers import ContainersAPI
 from .conversations import ConversationsAPI
-from .embeddings import EmbeddingsAPI
+from .embeddings import EmbeddingsAPI, models_file_embedders
 from .errors import HTTPError, send_error, send_json
 from .files import FilesAPI, FileStorage
 from .gateway import GatewayAPI
@@ -150,7 +150,9 @@ class GatewayApp:
             UI().register(self.router)
         # Vector stores and embeddings (docs/file-search.md); the file_search tool calls
         # ``self.vector_stores.search_for_tool``.
-        self.vector_stores = VectorStores(lambda: self.store, self.files.read)
+        self.vector_stores = VectorStores(
+            lambda: self.store, self.files.read, models_file_embedders(registry)
+        )
         VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         EmbeddingsAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
 

@@ -11,15 +11,42 @@ from typing import Any
 
 import orjson
 
-from ..retrieval.embedder import EmbedderUnavailable
+from ..retrieval.embedder import Embedder, EmbedderUnavailable, RemoteEmbedder
 from ..retrieval.service import RetrievalError, VectorStores
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
 from .query import invalid
+from .registry import ModelRegistry
 from .router import Router
 from .types import Receive, Scope, Send
 
-__all__ = ["EmbeddingsAPI"]
+__all__ = ["EmbeddingsAPI", "models_file_embedders"]
+
+# Back ends whose upstream speaks OpenAI's POST /embeddings.
+EMBEDDING_PROVIDERS = {"openai": "https://api.openai.com/v1", "openai-chat": None}
+
+
+def models_file_embedders(registry: ModelRegistry) -> Callable[[str], Embedder | None]:
+    """An embedder for a models-file model whose provider is ``openai`` or ``openai-chat`` (its
+    ``base_url``, ``upstream_model`` and ``api_key_env``), else None."""
+
+    def remote(name: str) -> Embedder | None:
+        config = registry.model_configs.get(name)
+        if config is None or config.provider not in EMBEDDING_PROVIDERS:
+            return None
+        base_url = config.base_url or EMBEDDING_PROVIDERS[config.provider]
+        if base_url is None:
+            return None
+        return RemoteEmbedder(
+            name,
+            base_url,
+            config.upstream_model or name,
+            config.api_key,
+            timeout=config.timeouts.total or 60.0,
+        )
+
+    return remote
+
 
 BodyReader = Callable[[Scope, Receive], Awaitable[bytes]]
 OwnerOf = Callable[[Scope], str]
@@ -36,6 +63,13 @@ class EmbeddingsAPI:
 
     def register(self, router: Router) -> None:
         router.add("/v1/embeddings", POST=self._create)
+
+    @staticmethod
+    async def _probe(embedder: Embedder) -> int:
+        try:
+            return await asyncio.to_thread(embedder.probe)
+        except EmbedderUnavailable as exc:
+            raise HTTPError(502, str(exc), type="server_error", code="upstream_error") from None
 
     async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._owner(scope)
@@ -59,7 +93,7 @@ class EmbeddingsAPI:
                 "'encoding_format' must be 'float' or 'base64'.", "encoding_format", "invalid_value"
             )
         dimensions = body.get("dimensions")
-        if dimensions is not None and dimensions != embedder.dimensions:
+        if dimensions is not None and dimensions != await self._probe(embedder):
             raise invalid(
                 f"'{embedder.name}' gives {embedder.dimensions}-dimension embeddings; "
                 "'dimensions' cannot change that.",
@@ -69,6 +103,8 @@ class EmbeddingsAPI:
         try:
             result = await asyncio.to_thread(embedder.embed, texts)
         except EmbedderUnavailable as exc:
+            if isinstance(embedder, RemoteEmbedder):
+                raise HTTPError(502, str(exc), type="server_error", code="upstream_error") from None
             raise HTTPError(503, str(exc), type="server_error", code="model_unavailable") from None
         data: list[dict[str, Any]] = []
         for index, vector in enumerate(result.vectors):

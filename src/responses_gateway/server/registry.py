@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, GatewayConfig
+from ..config import ConfigError, GatewayConfig, ModelConfig
 from ..providers.base import Provider
 from ..providers.fallback import FallbackProvider
 from ..providers.registry import (
@@ -76,6 +76,8 @@ class ModelRegistry:
         self._closers: list[Callable[[], Awaitable[None]]] = []
         # Models this gateway would serve but cannot here, and why (said in their 404).
         self.unavailable: dict[str, str] = {}
+        # The models file's entries by name (registry_from_config): what the embeddings need of one.
+        self.model_configs: dict[str, ModelConfig] = {}
 
     def add(
         self,
@@ -337,6 +339,7 @@ def registry_from_config(
     if local and config.local and LOCAL_MODEL not in served:
         _add_local(registry, lambda: _build_local(ctx.model_path, ctx.data_dir), ctx.model_path, retries=0)
     for model in config.models:
+        registry.model_configs[model.name] = model
         # Known before any provider is built (lazy ones are built on first use).
         REDACTOR.add(model.api_key())
         common: dict[str, Any] = {

@@ -246,17 +246,18 @@ class VectorStoreTables:
         async with self.db.transaction() as tx:
             return await self._file(tx, owner, store_id, file_id)
 
-    async def file_row(self, store_id: str, file_id: str) -> tuple[str, str, JSON, str] | None:
-        """(status, filename, chunking strategy, embedding model) of an attached file, for ingestion."""
+    async def file_row(self, store_id: str, file_id: str) -> tuple[str, str, JSON, str, int] | None:
+        """(status, filename, chunking strategy, embedding model, dimensions) of an attached file, for
+        ingestion."""
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
-                "SELECT f.status, f.filename, f.chunking_strategy, s.embedding_model "
+                "SELECT f.status, f.filename, f.chunking_strategy, s.embedding_model, s.dimensions "
                 "FROM rg_vector_store_files f JOIN rg_vector_stores s ON s.id = f.vector_store_id "
                 "WHERE f.vector_store_id = ? AND f.file_id = ?",
                 store_id,
                 file_id,
             )
-        return None if row is None else (row[0], row[1], orjson.loads(row[2]), row[3])
+        return None if row is None else (row[0], row[1], orjson.loads(row[2]), row[3], int(row[4]))
 
     async def list_files(
         self,

@@ -1,0 +1,219 @@
+"""Vector store ingestion and search: chunks/s, search latency at 10k and 100k chunks, recall@5.
+
+The corpus ships with Python: ``pydoc_data.topics`` (the language reference's help topics, 79
+documents, about 465 kB). Each topic is one file; its first line is its title (``The "assert"
+statement``, ``Boolean operations``…). The labelled question set is built from it deterministically:
+the question is the title, the file is ingested *without* its title line, and the answer is right
+when a chunk of that topic is among the top 5 hits (recall@5), for BM25 alone, vectors alone and
+hybrid (reciprocal rank fusion), the three through the same ``VectorStores.search`` (the
+``ranking_options.hybrid_search`` weights select the side).
+
+Latency: stores of 10k and 100k chunks (the corpus's chunks repeated; each copy's vector is the
+original's plus a little noise, renormalised, so neighbours stay realistic) searched with the
+questions in turn. Reported per search: p50 and p99 of the whole ``search`` call (the query's
+embedding included) and of the index part alone (the query embedded beforehand).
+
+    .venv/bin/python bench/file_search.py [--sizes 10000,100000] [--searches 200] [--quick] [--json FILE]
+
+``--quick`` (the smoke test): 6 topics, a 1,000-chunk store, 10 searches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from responses_gateway.retrieval.service import VectorStores
+from responses_gateway.store import Store, open_store
+
+OWNER = "bench"
+# 250 tokens: one chunk is one window of the model (256 with [CLS] and [SEP]).
+CHUNKING = {"type": "static", "static": {"max_chunk_size_tokens": 250, "chunk_overlap_tokens": 50}}
+SIDES = {
+    "bm25": {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}},
+    "vectors": {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}},
+    "hybrid": {"hybrid_search": {"embedding_weight": 1, "text_weight": 1}},
+}
+
+
+def corpus(limit: int | None) -> list[tuple[str, str, str]]:
+    """(file name, title = the question, body without the title) per topic, in a fixed order."""
+    from pydoc_data.topics import topics
+
+    seen: set[str] = set()
+    out = []
+    for key in sorted(topics):
+        lines = topics[key].strip().splitlines()
+        title, body = lines[0].strip(), "\n".join(lines[1:]).strip()
+        if title in seen or not body:
+            continue  # a title twice would be a question with two right answers
+        seen.add(title)
+        out.append((f"{key}.txt", title, body))
+    return out[:limit] if limit else out
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="rg-bench-fs-"))
+    store: Store = await open_store(f"sqlite://{tmp}/gateway.db")
+    docs = corpus(6 if args.quick else None)
+    blobs = {name: body.encode() for name, _, body in docs}
+
+    async def read(owner: str, file_id: str) -> tuple[dict[str, Any], bytes]:
+        return {"filename": file_id}, blobs[file_id]
+
+    service = VectorStores(lambda: store, read)
+    await service.start()
+    result: dict[str, Any] = {
+        "machine": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "corpus": {
+            "documents": len(docs),
+            "bytes": sum(len(b) for b in blobs.values()),
+            "chunking": CHUNKING,
+        },
+    }
+    try:
+        embedder = service.embedder("all-MiniLM-L6-v2")
+        await asyncio.to_thread(embedder.embed, ["warm up"])
+        # ---------------------------------------------------------------- ingestion
+        vs = (await service.create(OWNER, {"name": "pydoc", "chunking_strategy": None}))["id"]
+        start = time.perf_counter()
+        for name, _, _ in docs:
+            await service.attach(OWNER, vs, name, attributes={}, chunking=CHUNKING)
+        await service.idle()
+        took = time.perf_counter() - start
+        found = await service.tables.get_store(OWNER, vs)
+        assert found["file_counts"]["completed"] == len(docs), found["file_counts"]
+        async with service.tables.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT id, text FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id", vs
+            )
+            vec_rows = await tx.fetch(
+                "SELECT rowid, embedding FROM rg_vs_vec_384 WHERE vector_store_id = ? ORDER BY rowid", vs
+            )
+        chunks = len(rows)
+        result["ingestion"] = {
+            "chunks": chunks,
+            "seconds": round(took, 2),
+            "chunks_per_s": round(chunks / took, 1),
+        }
+        print(f"ingestion: {chunks} chunks in {took:.1f} s = {chunks / took:.1f} chunks/s", flush=True)
+        # ---------------------------------------------------------------- recall@5
+        recall: dict[str, float] = {}
+        for side, options in SIDES.items():
+            right = 0
+            for name, title, _ in docs:
+                hits = await service.search(
+                    OWNER, vs, title, max_num_results=5, filters=None, ranking_options=options
+                )
+                right += any(h["file_id"] == name for h in hits)
+            recall[side] = round(right / len(docs), 3)
+            print(f"recall@5 {side:8s} {recall[side]:.3f} ({right}/{len(docs)})", flush=True)
+        result["recall_at_5"] = recall
+        # ---------------------------------------------------------------- latency
+        texts = [r[1] for r in rows]
+        vectors = np.stack([np.frombuffer(v[1], dtype=np.float32) for v in vec_rows])
+        rng = np.random.default_rng(14)
+        questions = [title for _, title, _ in docs]
+        sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
+        result["latency"] = {}
+        for size in sizes:
+            big = (await service.create(OWNER, {"name": f"big-{size}", "chunking_strategy": None}))["id"]
+            made = 0
+            start = time.perf_counter()
+            while made < size:
+                n = min(1000, size - made)
+                idx = np.arange(made, made + n) % chunks
+                noisy = vectors[idx] + rng.normal(0, 0.02, (n, vectors.shape[1])).astype(np.float32)
+                noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+                file_id = f"copy-{made}"
+                await service.tables.add_file(
+                    OWNER,
+                    big,
+                    file_id,
+                    filename=file_id,
+                    created_at=0,
+                    attributes={},
+                    chunking_strategy=CHUNKING,
+                )
+                await service.tables.complete_file(
+                    big,
+                    file_id,
+                    [texts[i] for i in idx],
+                    [row.tobytes() for row in noisy],
+                    dimensions=384,
+                    usage_bytes=0,
+                )
+                made += n
+            load = time.perf_counter() - start
+            whole: list[float] = []
+            index: list[float] = []
+            for i in range(args.searches):
+                question = questions[i % len(questions)]
+                t0 = time.perf_counter()
+                await service.search(
+                    OWNER, big, question, max_num_results=10, filters=None, ranking_options=None
+                )
+                whole.append((time.perf_counter() - t0) * 1000)
+                query_vector = (await asyncio.to_thread(embedder.embed, [question])).vectors[0]
+                t0 = time.perf_counter()
+                await service.tables.text_search(big, question.lower().split(), 40, None)
+                await service.tables.vector_search(
+                    big, query_vector.tobytes(), dimensions=384, limit=40, file_ids=None
+                )
+                index.append((time.perf_counter() - t0) * 1000)
+            row = {
+                "chunks": size,
+                "load_s": round(load, 1),
+                "search_ms_p50": round(statistics.median(whole), 2),
+                "search_ms_p99": round(percentile(whole, 99), 2),
+                "index_ms_p50": round(statistics.median(index), 2),
+                "index_ms_p99": round(percentile(index, 99), 2),
+            }
+            result["latency"][str(size)] = row
+            print(
+                f"{size:>7} chunks: search p50 {row['search_ms_p50']} ms, p99 {row['search_ms_p99']} ms; "
+                f"index alone p50 {row['index_ms_p50']} ms, p99 {row['index_ms_p99']} ms",
+                flush=True,
+            )
+    finally:
+        await service.aclose()
+        await store.close()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--searches", type=int, default=200)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.quick:
+        args.searches = 10
+    result = asyncio.run(run(args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

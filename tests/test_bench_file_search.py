@@ -1,0 +1,33 @@
+"""bench/file_search.py runs end to end at tiny scale (``--quick``) and writes the figures the docs quote.
+
+Not a timing or quality assertion: only that ingestion, the three recall@5 measurements and the
+latency table are produced and well formed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_file_search_bench_quick(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "file_search.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["corpus"]["documents"] == 6
+    assert result["ingestion"]["chunks"] > 6 and result["ingestion"]["chunks_per_s"] > 0
+    assert set(result["recall_at_5"]) == {"bm25", "vectors", "hybrid"}
+    assert all(0 <= v <= 1 for v in result["recall_at_5"].values())
+    [row] = result["latency"].values()
+    assert row["chunks"] == 1000 and 0 < row["index_ms_p50"] <= row["index_ms_p99"]
+    assert row["search_ms_p50"] <= row["search_ms_p99"]
