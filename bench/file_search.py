@@ -105,10 +105,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         assert found["file_counts"]["completed"] == len(docs), found["file_counts"]
         async with service.tables.db.transaction() as tx:
             rows = await tx.fetch(
-                "SELECT id, text FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id", vs
-            )
-            vec_rows = await tx.fetch(
-                "SELECT rowid, embedding FROM rg_vs_vec_384 WHERE vector_store_id = ? ORDER BY rowid", vs
+                "SELECT id, text, embedding FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id", vs
             )
         chunks = len(rows)
         result["ingestion"] = {
@@ -131,7 +128,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["recall_at_5"] = recall
         # ---------------------------------------------------------------- latency
         texts = [r[1] for r in rows]
-        vectors = np.stack([np.frombuffer(v[1], dtype=np.float32) for v in vec_rows])
+        vectors = np.stack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
         rng = np.random.default_rng(14)
         questions = [title for _, title, _ in docs]
         sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
@@ -160,7 +157,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     file_id,
                     [texts[i] for i in idx],
                     [row.tobytes() for row in noisy],
-                    dimensions=384,
                     usage_bytes=0,
                 )
                 made += n
@@ -177,9 +173,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 query_vector = (await asyncio.to_thread(embedder.embed, [question])).vectors[0]
                 t0 = time.perf_counter()
                 await service.tables.text_search(big, question.lower().split(), 40, None)
-                await service.tables.vector_search(
-                    big, query_vector.tobytes(), dimensions=384, limit=40, file_ids=None
-                )
+                await service.index.search(big, query_vector, dimensions=384, limit=40, file_ids=None)
                 index.append((time.perf_counter() - t0) * 1000)
             row = {
                 "chunks": size,

@@ -17,17 +17,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from .. import documents
 from ..store import Store
-from ..store.db import SqliteDatabase
-from ..store.schema import migrate
-from ..store.sqlite_ext import ExtensionSqliteDatabase, extensions_unavailable
 from ..store.vector_stores import VectorStoreTables
 from .chunking import chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
+from .vector_index import VectorIndex
 
 __all__ = ["RetrievalError", "VectorStores", "extract_text"]
 
@@ -118,29 +114,18 @@ class VectorStores:
         self.embedders: dict[str, Embedder] = {LOCAL_MODEL: local_embedder()}
         self._remote = remote
         self._tables: VectorStoreTables | None = None
-        self._own_db: ExtensionSqliteDatabase | None = None
+        self._index: VectorIndex | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ingest_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        """Open the vector index next to the store and resume ingestions left in progress."""
+        """Open the vector stores on the store's database and resume ingestions left in progress."""
         store = self._store()
         if store is None:
             return
-        if isinstance(store.db, SqliteDatabase):
-            why = extensions_unavailable()
-            if why is not None:
-                log.warning("vector stores are unavailable: %s", why)
-                return
-            db = ExtensionSqliteDatabase(store.db.path)
-            await db.open()
-            if store.db.path == ":memory:":
-                await migrate(db)  # its own in-memory database
-            self._own_db = db
-            self._tables = VectorStoreTables(db)
-        else:
-            self._tables = VectorStoreTables(store.db)
+        self._tables = VectorStoreTables(store.db)
+        self._index = VectorIndex(self._tables)
         for store_id, file_id in await self._tables.in_progress():
             self._spawn(self._ingest(store_id, file_id, None))
 
@@ -149,17 +134,14 @@ class VectorStores:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._own_db is not None:
-            db, self._own_db = self._own_db, None
-            await db.close()
         self._tables = None
+        self._index = None
 
     @property
     def tables(self) -> VectorStoreTables:
         if self._tables is None:
             raise RetrievalError(
-                "This gateway keeps no vector stores (it runs without a store, or without the "
-                "'apsw' and 'sqlite-vec' packages; see docs/file-search.md).",
+                "This gateway keeps no vector stores (it runs without a store: serve --store none).",
                 None,
                 "not_found",
                 404,
@@ -245,6 +227,18 @@ class VectorStores:
         self._spawn(self._ingest(store_id, file_id, owner, text, data))
         return found
 
+    async def delete(self, owner: str, store_id: str) -> None:
+        await self.tables.delete_store(owner, store_id)
+        if self._index is not None:
+            self._index.forget(store_id)
+
+    @property
+    def index(self) -> VectorIndex:
+        if self._index is None:
+            self.tables  # noqa: B018 (raises the 404 saying why)
+            raise RuntimeError("no vector index")
+        return self._index
+
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
@@ -294,11 +288,9 @@ class VectorStores:
                         None,
                         "embedding_mismatch",
                     )
-                rows = self._vector_rows(vectors)
+                rows = [row.astype("<f4").tobytes() for row in vectors]
                 usage = sum(len(c.encode("utf-8")) for c in chunks)
-                await tables.complete_file(
-                    store_id, file_id, chunks, rows, dimensions=dimensions, usage_bytes=usage
-                )
+                await tables.complete_file(store_id, file_id, chunks, rows, usage_bytes=usage)
             except asyncio.CancelledError:
                 raise
             except RetrievalError as exc:
@@ -312,11 +304,6 @@ class VectorStores:
                 await tables.fail_file(
                     store_id, file_id, "failed", {"code": "server_error", "message": "Ingestion failed."}
                 )
-
-    def _vector_rows(self, vectors: np.ndarray[Any, Any]) -> list[bytes] | list[list[float]]:
-        if self.tables.db.dialect == "sqlite":
-            return [row.astype(np.float32).tobytes() for row in vectors]
-        return [[float(x) for x in row] for row in vectors]
 
     # ------------------------------------------------------------------ search
     async def search(
@@ -358,12 +345,8 @@ class VectorStores:
                 "embedding_mismatch",
             )
         text_ids = await self.tables.text_search(store_id, _terms(text), depth, restrict)
-        vector_ids = await self.tables.vector_search(
-            store_id,
-            self._vector_rows(vector[None])[0],
-            dimensions=dimensions,
-            limit=depth,
-            file_ids=restrict,
+        vector_ids = await self.index.search(
+            store_id, vector, dimensions=dimensions, limit=depth, file_ids=restrict
         )
         w_vec, w_text = weights
         scores: dict[int, float] = {}

@@ -230,7 +230,7 @@ class VectorStoresAPI:
         return _present(await self.service.tables.update_store(owner, vs, changes))
 
     async def _delete(self, owner: str, scope: Scope, receive: Receive, *, vs: str) -> JSON:
-        await self.service.tables.delete_store(owner, vs)
+        await self.service.delete(owner, vs)
         return {"id": vs, "object": "vector_store.deleted", "deleted": True}
 
     # ------------------------------------------------------------------ files

@@ -129,9 +129,9 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
             "CREATE INDEX rg_tool_results_created ON rg_tool_results (created_at)",
         ],
     ),
-    # Vector stores (store/vector_stores.py, docs/file-search.md). Chunks carry their text; the
-    # BM25 index is FTS5 on SQLite, a tsvector column on PostgreSQL. Vectors: sqlite-vec tables made
-    # per dimension when first needed (rg_vs_vec_<dim>), a REAL[] column on PostgreSQL.
+    # Vector stores (store/vector_stores.py, docs/file-search.md). Chunks carry their text and vector
+    # (float32 bytes); the BM25 index is FTS5 on SQLite, a tsvector column on PostgreSQL; ``version``
+    # moves with every write of a store's chunks (the in-memory vector index reloads on it).
     (
         5,
         [
@@ -145,7 +145,8 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
                 expires_after TEXT,
                 last_active_at BIGINT NOT NULL,
                 embedding_model TEXT NOT NULL,
-                dimensions INTEGER NOT NULL
+                dimensions INTEGER NOT NULL,
+                version BIGINT NOT NULL DEFAULT 0
             )""",
             "CREATE INDEX rg_vector_stores_by_owner ON rg_vector_stores (owner, created_at, id)",
             """CREATE TABLE rg_vector_store_files (
@@ -174,7 +175,8 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
                     vector_store_id TEXT NOT NULL,
                     file_id TEXT NOT NULL,
                     position INTEGER NOT NULL,
-                    text TEXT NOT NULL
+                    text TEXT NOT NULL,
+                    embedding BLOB NOT NULL
                 )""",
                 "postgresql": """CREATE TABLE rg_vs_chunks (
                     id BIGSERIAL PRIMARY KEY,
@@ -182,7 +184,7 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
                     file_id TEXT NOT NULL,
                     position INTEGER NOT NULL,
                     text TEXT NOT NULL,
-                    embedding REAL[],
+                    embedding BYTEA NOT NULL,
                     tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
                 )""",
             },

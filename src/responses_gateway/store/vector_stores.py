@@ -1,15 +1,12 @@
 """Vector stores, their files and file batches, and the chunks search reads (docs/file-search.md).
 
 A vector store belongs to an owner; its files and batches are reached through it, so another
-owner's store, file or batch is a ``NotFound`` exactly like a missing one. Chunks hold their text;
-the BM25 side is FTS5 (SQLite, external content over ``rg_vs_chunks``) or a ``tsvector`` column
-(PostgreSQL); vectors are a sqlite-vec ``vec0`` table per dimension (partitioned by vector store)
-or a ``REAL[]`` column (PostgreSQL, no pgvector in Debian's archive: ranked by a dot product in
-SQL). A file's chunks, vectors and its ``completed`` status are written in one transaction, so a
-file is searchable whole or not at all.
-
-On SQLite this runs on its own connection to the store's file (``store/sqlite_ext.py``): the one
-that has sqlite-vec loaded.
+owner's store, file or batch is a ``NotFound`` exactly like a missing one. Chunks hold their text
+and their vector (little-endian float32 bytes: ``BLOB`` / ``BYTEA``); the BM25 side is FTS5
+(SQLite, external content over ``rg_vs_chunks``) or a ``tsvector`` column (PostgreSQL). Vectors are
+searched in memory by the retrieval service (``retrieval/vector_index.py``), which reloads a store's
+when its ``version`` (bumped by every write of its chunks) moves. A file's chunks, vectors and its
+``completed`` status are written in one transaction, so a file is searchable whole or not at all.
 """
 
 from __future__ import annotations
@@ -72,7 +69,6 @@ class VectorStoreTables:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._vec_tables: set[int] = set()
 
     # ------------------------------------------------------------------ vector stores
     async def create_store(
@@ -185,8 +181,8 @@ class VectorStoreTables:
 
     async def delete_store(self, owner: str, store_id: str) -> None:
         async with self.db.transaction() as tx:
-            found = await self._store(tx, owner, store_id)
-            await self._delete_chunks(tx, store_id, None, int(found["dimensions"]))
+            await self._store(tx, owner, store_id)
+            await self._delete_chunks(tx, store_id, None)
             await tx.execute("DELETE FROM rg_vector_store_files WHERE vector_store_id = ?", store_id)
             await tx.execute("DELETE FROM rg_vector_store_batches WHERE vector_store_id = ?", store_id)
             await tx.execute("DELETE FROM rg_vector_stores WHERE id = ?", store_id)
@@ -206,8 +202,8 @@ class VectorStoreTables:
     ) -> JSON:
         """Attach ``file_id`` as ``in_progress`` (again, if it was attached: its chunks go)."""
         async with self.db.transaction() as tx:
-            found = await self._store(tx, owner, store_id)
-            await self._delete_chunks(tx, store_id, file_id, int(found["dimensions"]))
+            await self._store(tx, owner, store_id)
+            await self._delete_chunks(tx, store_id, file_id)
             await tx.execute(
                 "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
                 store_id,
@@ -313,9 +309,9 @@ class VectorStoreTables:
 
     async def delete_file(self, owner: str, store_id: str, file_id: str) -> None:
         async with self.db.transaction() as tx:
-            found = await self._store(tx, owner, store_id)
+            await self._store(tx, owner, store_id)
             await self._file(tx, owner, store_id, file_id)
-            await self._delete_chunks(tx, store_id, file_id, int(found["dimensions"]))
+            await self._delete_chunks(tx, store_id, file_id)
             await tx.execute(
                 "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
                 store_id,
@@ -348,14 +344,12 @@ class VectorStoreTables:
         store_id: str,
         file_id: str,
         chunks: Sequence[str],
-        vectors: Sequence[bytes] | Sequence[list[float]],
+        vectors: Sequence[bytes],
         *,
-        dimensions: int,
         usage_bytes: int,
     ) -> bool:
         """Write a file's chunks and vectors and mark it ``completed``, in one transaction. False (and
         nothing written) when the file is no longer in progress: cancelled, detached or re-attached."""
-        await self._ensure_vec_table(dimensions)
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
                 "SELECT status FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?"
@@ -365,35 +359,29 @@ class VectorStoreTables:
             )
             if row is None or row[0] != "in_progress":
                 return False
+            rows = [
+                (store_id, file_id, n, text, vector)
+                for n, (text, vector) in enumerate(zip(chunks, vectors, strict=True))
+            ]
             if self.db.dialect == "sqlite":
                 top = await tx.fetchone("SELECT COALESCE(MAX(id), 0) FROM rg_vs_chunks")
                 first = int(top[0]) + 1 if top else 1
-                ids = range(first, first + len(chunks))
                 await tx.executemany(
-                    "INSERT INTO rg_vs_chunks (id, vector_store_id, file_id, position, text) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [
-                        (i, store_id, file_id, n, text)
-                        for n, (i, text) in enumerate(zip(ids, chunks, strict=True))
-                    ],
+                    "INSERT INTO rg_vs_chunks (id, vector_store_id, file_id, position, text, embedding) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [(first + i, *r) for i, r in enumerate(rows)],
                 )
                 await tx.executemany(
-                    "INSERT INTO rg_vs_fts (rowid, text) VALUES (?, ?)", list(zip(ids, chunks, strict=True))
-                )
-                await tx.executemany(
-                    f"INSERT INTO rg_vs_vec_{int(dimensions)} (rowid, vector_store_id, embedding) "
-                    "VALUES (?, ?, ?)",
-                    [(i, store_id, v) for i, v in zip(ids, vectors, strict=True)],
+                    "INSERT INTO rg_vs_fts (rowid, text) VALUES (?, ?)",
+                    [(first + i, text) for i, text in enumerate(chunks)],
                 )
             else:
                 await tx.executemany(
                     "INSERT INTO rg_vs_chunks (vector_store_id, file_id, position, text, embedding) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    [
-                        (store_id, file_id, n, text, v)
-                        for n, (text, v) in enumerate(zip(chunks, vectors, strict=True))
-                    ],
+                    rows,
                 )
+            await tx.execute("UPDATE rg_vector_stores SET version = version + 1 WHERE id = ?", store_id)
             await tx.execute(
                 "UPDATE rg_vector_store_files SET status = 'completed', usage_bytes = ? "
                 "WHERE vector_store_id = ? AND file_id = ?",
@@ -403,18 +391,7 @@ class VectorStoreTables:
             )
         return True
 
-    async def _ensure_vec_table(self, dimensions: int) -> None:
-        if self.db.dialect != "sqlite" or dimensions in self._vec_tables:
-            return
-        async with self.db.transaction() as tx:
-            await tx.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS rg_vs_vec_{int(dimensions)} USING vec0("
-                "vector_store_id TEXT PARTITION KEY, "
-                f"embedding float[{int(dimensions)}] distance_metric=cosine)"
-            )
-        self._vec_tables.add(dimensions)
-
-    async def _delete_chunks(self, tx: Tx, store_id: str, file_id: str | None, dimensions: int) -> None:
+    async def _delete_chunks(self, tx: Tx, store_id: str, file_id: str | None) -> None:
         where, args = "vector_store_id = ?", [store_id]
         if file_id is not None:
             where += " AND file_id = ?"
@@ -425,16 +402,8 @@ class VectorStoreTables:
                 f"WHERE {where}",
                 *args,
             )
-            exists = await tx.fetchone(
-                "SELECT 1 FROM sqlite_master WHERE name = ?", f"rg_vs_vec_{int(dimensions)}"
-            )
-            if exists:
-                await tx.execute(
-                    f"DELETE FROM rg_vs_vec_{int(dimensions)} WHERE rowid IN (SELECT id FROM rg_vs_chunks "
-                    f"WHERE {where})",
-                    *args,
-                )
-        await tx.execute(f"DELETE FROM rg_vs_chunks WHERE {where}", *args)
+        if await tx.execute(f"DELETE FROM rg_vs_chunks WHERE {where}", *args):
+            await tx.execute("UPDATE rg_vector_stores SET version = version + 1 WHERE id = ?", store_id)
 
     # ------------------------------------------------------------------ batches
     async def create_batch(self, owner: str, store_id: str, batch_id: str, created_at: int) -> None:
@@ -540,59 +509,21 @@ class VectorStoreTables:
                 )
         return [int(row[0]) for row in rows]
 
-    async def vector_search(
-        self,
-        store_id: str,
-        vector: bytes | list[float],
-        *,
-        dimensions: int,
-        limit: int,
-        file_ids: Sequence[str] | None,
-    ) -> list[int]:
-        """Chunk ids nearest first (cosine; vectors are unit length)."""
-        extra = list(file_ids or [])
-        marks = ", ".join("?" * len(extra))
+    async def version(self, store_id: str) -> int:
+        """The store's chunk version: it moves with every write or delete of its chunks."""
         async with self.db.transaction() as tx:
-            if self.db.dialect == "sqlite":
-                if dimensions not in self._vec_tables:
-                    exists = await tx.fetchone(
-                        "SELECT 1 FROM sqlite_master WHERE name = ?", f"rg_vs_vec_{int(dimensions)}"
-                    )
-                    if not exists:
-                        return []
-                table = f"rg_vs_vec_{int(dimensions)}"
-                if file_ids is None:
-                    rows = await tx.fetch(
-                        f"SELECT rowid FROM {table} WHERE embedding MATCH ? AND k = ? "
-                        "AND vector_store_id = ? "
-                        "ORDER BY distance",
-                        vector,
-                        limit,
-                        store_id,
-                    )
-                else:
-                    rows = await tx.fetch(
-                        f"SELECT rowid FROM {table} WHERE rowid IN (SELECT id FROM rg_vs_chunks "
-                        f"WHERE vector_store_id = ? AND file_id IN ({marks})) "
-                        "ORDER BY vec_distance_cosine(embedding, ?), rowid LIMIT ?",
-                        store_id,
-                        *extra,
-                        vector,
-                        limit,
-                    )
-            else:
-                restrict = f" AND file_id IN ({marks})" if file_ids is not None else ""
-                rows = await tx.fetch(
-                    "SELECT id FROM rg_vs_chunks WHERE vector_store_id = ?"
-                    f"{restrict} ORDER BY (SELECT SUM(a::float8 * b::float8) "
-                    "FROM unnest(embedding, ?::real[]) AS t(a, b)) "
-                    "DESC, id LIMIT ?",
-                    store_id,
-                    *extra,
-                    vector,
-                    limit,
-                )
-        return [int(row[0]) for row in rows]
+            row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
+        return -1 if row is None else int(row[0])
+
+    async def load_vectors(self, store_id: str) -> tuple[int, list[tuple[int, str, bytes]]]:
+        """The store's version and every chunk's (id, file id, vector bytes), read in one transaction."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
+            rows = await tx.fetch(
+                "SELECT id, file_id, embedding FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id",
+                store_id,
+            )
+        return (-1 if row is None else int(row[0])), [(int(r[0]), r[1], bytes(r[2])) for r in rows]
 
     async def chunks(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         if not ids:

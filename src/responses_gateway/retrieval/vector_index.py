@@ -1,0 +1,120 @@
+"""Each vector store's vectors as one matrix in memory: exact cosine search by one matrix product.
+
+The vectors live in the database with their chunks (``store/vector_stores.py``); a store's matrix is
+read on its first search and again whenever the store's ``version`` has moved (any instance's write
+or delete of its chunks bumps it), so several gateway instances on one database stay consistent. A
+matrix product over 100k 384-dimension vectors takes a few milliseconds; the memory is 1.5 kB per
+chunk, and the least recently searched stores are dropped past ``max_bytes``.
+
+Why not sqlite-vec: the store's SQLite connection is Python's ``sqlite3``, which on many builds
+(pyenv's among them) cannot load extensions; a second SQLite library in the same process on the
+same file (apsw's) breaks SQLite's POSIX locking (sqlite.org/howtocorrupt.html, 2.2.1: it failed
+here with ``locking protocol`` under load). And on PostgreSQL, pgvector is not in Debian's archive.
+This index is the same on both back ends, so they rank vectors identically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ..store.vector_stores import VectorStoreTables
+
+__all__ = ["VectorIndex"]
+
+# Above this many chunks the product runs in a worker thread rather than on the event loop.
+_INLINE_ROWS = 20_000
+
+
+@dataclass
+class _Matrix:
+    version: int
+    ids: npt.NDArray[np.int64]
+    files: npt.NDArray[np.int32]
+    file_codes: dict[str, int]
+    vectors: npt.NDArray[np.float32]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.vectors.nbytes + self.ids.nbytes + self.files.nbytes)
+
+
+class VectorIndex:
+    """Nearest chunks of a vector store to a query vector, best first."""
+
+    def __init__(self, tables: VectorStoreTables, *, max_bytes: int = 1 << 30) -> None:
+        self._tables = tables
+        self._max = max_bytes
+        self._matrices: OrderedDict[str, _Matrix] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _matrix(self, store_id: str, dimensions: int) -> _Matrix:
+        version = await self._tables.version(store_id)
+        found = self._matrices.get(store_id)
+        if found is not None and found.version == version:
+            self._matrices.move_to_end(store_id)
+            return found
+        lock = self._locks.setdefault(store_id, asyncio.Lock())
+        async with lock:
+            found = self._matrices.get(store_id)
+            if found is not None and found.version == await self._tables.version(store_id):
+                return found
+            version, rows = await self._tables.load_vectors(store_id)
+            matrix = await asyncio.to_thread(_build, version, rows, dimensions)
+            self._matrices[store_id] = matrix
+            self._matrices.move_to_end(store_id)
+            total = sum(m.nbytes for m in self._matrices.values())
+            while total > self._max and len(self._matrices) > 1:
+                _, dropped = self._matrices.popitem(last=False)
+                total -= dropped.nbytes
+            return matrix
+
+    async def search(
+        self,
+        store_id: str,
+        query: npt.NDArray[np.float32],
+        *,
+        dimensions: int,
+        limit: int,
+        file_ids: Sequence[str] | None,
+    ) -> list[int]:
+        """Chunk ids, nearest first (ties by id); only chunks of ``file_ids`` when given."""
+        matrix = await self._matrix(store_id, dimensions)
+        if not len(matrix.ids):
+            return []
+        if len(matrix.ids) > _INLINE_ROWS:
+            return await asyncio.to_thread(_nearest, matrix, query, limit, file_ids)
+        return _nearest(matrix, query, limit, file_ids)
+
+    def forget(self, store_id: str) -> None:
+        self._matrices.pop(store_id, None)
+        self._locks.pop(store_id, None)
+
+
+def _build(version: int, rows: list[tuple[int, str, bytes]], dimensions: int) -> _Matrix:
+    codes: dict[str, int] = {}
+    files = np.fromiter((codes.setdefault(r[1], len(codes)) for r in rows), dtype=np.int32, count=len(rows))
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), dimensions)
+    return _Matrix(version, ids, files, codes, vectors.astype(np.float32, copy=False))
+
+
+def _nearest(
+    matrix: _Matrix, query: npt.NDArray[np.float32], limit: int, file_ids: Sequence[str] | None
+) -> list[int]:
+    scores = matrix.vectors @ query.astype(np.float32, copy=False)
+    if file_ids is not None:
+        wanted = np.array([matrix.file_codes[f] for f in file_ids if f in matrix.file_codes], dtype=np.int32)
+        scores = np.where(np.isin(matrix.files, wanted), scores, -np.inf)
+    count = min(limit, int(np.isfinite(scores).sum()))
+    if count <= 0:
+        return []
+    top = np.argpartition(-scores, count - 1)[:count] if count < len(scores) else np.arange(len(scores))
+    # Best first, ties by chunk id (the same order on every back end).
+    order = sorted(top.tolist(), key=lambda i: (-float(scores[i]), int(matrix.ids[i])))
+    return [int(matrix.ids[i]) for i in order[:count]]
