@@ -13,7 +13,8 @@ original's plus a little noise, renormalised, so neighbours stay realistic) sear
 questions in turn. Reported per search: p50 and p99 of the whole ``search`` call (the query's
 embedding included) and of the index part alone (the query embedded beforehand).
 
-    .venv/bin/python bench/file_search.py [--sizes 10000,100000] [--searches 200] [--quick] [--json FILE]
+    .venv/bin/python bench/file_search.py [--sizes 10000,100000] [--searches 200] [--quick] [--keep]
+        [--json FILE]
 
 ``--quick`` (the smoke test): 6 topics, a 1,000-chunk store, 10 searches.
 """
@@ -25,6 +26,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -70,6 +72,8 @@ def percentile(values: list[float], p: float) -> float:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="rg-bench-fs-"))
+    if args.keep:
+        print(f"store: {tmp}/gateway.db", flush=True)
     store: Store = await open_store(f"sqlite://{tmp}/gateway.db")
     docs = corpus(6 if args.quick else None)
     blobs = {name: body.encode() for name, _, body in docs}
@@ -192,6 +196,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await service.aclose()
         await store.close()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 
@@ -200,6 +206,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.quick:
