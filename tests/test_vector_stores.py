@@ -26,6 +26,7 @@ from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.retrieval.service import VectorStores
 from responses_gateway.server.registry import registry_from_config
 from responses_gateway.store import open_store
+from serve_process import serving
 from test_documents import make_pdf
 from test_store_services import fresh_pg_database
 
@@ -626,3 +627,20 @@ def test_embeddings_upstream_from_the_models_file(tmp_path: Path, monkeypatch: p
         upstream.shutdown()
         _HashEmbeddings.dimensions[0] = 16
         _HashEmbeddings.fail[0] = False
+
+
+# ------------------------------------------------------------------ the CLI's gateway process
+def test_vector_stores_through_a_serve_process(tmp_path: Path) -> None:
+    """``responses-gateway serve`` as a user starts it: the vector store API and embeddings are there."""
+    script = tmp_path / "m.json"
+    script.write_text('{"model": "m", "turns": [{"steps": [{"message": "ok"}]}]}')
+    with serving(tmp_path, "--no-local", "--script", str(script), "--api-key", KEY_A) as served:
+        client = openai.OpenAI(base_url=served.base_url, api_key=KEY_A, max_retries=0, timeout=60)
+        store = client.vector_stores.create(name="cli")
+        done = client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=("volcanoes.md", CORPUS["volcanoes.md"][0]), poll_interval_ms=100
+        )
+        assert done.status == "completed"
+        [hit] = client.vector_stores.search(store.id, query="Etna").data
+        assert hit.filename == "volcanoes.md" and "Etna" in hit.content[0].text
+        assert len(client.embeddings.create(model=MODEL, input="Etna").data[0].embedding) == 384
