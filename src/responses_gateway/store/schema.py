@@ -190,8 +190,9 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
             },
             "CREATE INDEX rg_vs_chunks_by_file ON rg_vs_chunks (vector_store_id, file_id)",
             {
-                "sqlite": "CREATE VIRTUAL TABLE rg_vs_fts USING fts5(text, content='rg_vs_chunks', "
-                "content_rowid='id', tokenize='porter unicode61')",
+                # The store's id is a column too: a search intersects it in the index itself.
+                "sqlite": "CREATE VIRTUAL TABLE rg_vs_fts USING fts5(vector_store_id, text, "
+                "content='rg_vs_chunks', content_rowid='id', tokenize='porter unicode61')",
                 "postgresql": "CREATE INDEX rg_vs_chunks_tsv ON rg_vs_chunks USING GIN (tsv)",
             },
         ],

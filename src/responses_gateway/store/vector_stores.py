@@ -372,8 +372,8 @@ class VectorStoreTables:
                     [(first + i, *r) for i, r in enumerate(rows)],
                 )
                 await tx.executemany(
-                    "INSERT INTO rg_vs_fts (rowid, text) VALUES (?, ?)",
-                    [(first + i, text) for i, text in enumerate(chunks)],
+                    "INSERT INTO rg_vs_fts (rowid, vector_store_id, text) VALUES (?, ?, ?)",
+                    [(first + i, store_id, text) for i, text in enumerate(chunks)],
                 )
             else:
                 await tx.executemany(
@@ -398,8 +398,8 @@ class VectorStoreTables:
             args.append(file_id)
         if self.db.dialect == "sqlite":
             await tx.execute(
-                f"INSERT INTO rg_vs_fts (rg_vs_fts, rowid, text) SELECT 'delete', id, text FROM rg_vs_chunks "
-                f"WHERE {where}",
+                "INSERT INTO rg_vs_fts (rg_vs_fts, rowid, vector_store_id, text) "
+                f"SELECT 'delete', id, vector_store_id, text FROM rg_vs_chunks WHERE {where}",
                 *args,
             )
         if await tx.execute(f"DELETE FROM rg_vs_chunks WHERE {where}", *args):
@@ -486,16 +486,27 @@ class VectorStoreTables:
             restrict = " AND c.file_id IN (" + ", ".join("?" * len(extra)) + ")"
         async with self.db.transaction() as tx:
             if self.db.dialect == "sqlite":
-                query = " OR ".join(f'"{term}"' for term in terms)
-                rows = await tx.fetch(
-                    "SELECT c.id FROM rg_vs_fts JOIN rg_vs_chunks c ON c.id = rg_vs_fts.rowid "
-                    f"WHERE rg_vs_fts MATCH ? AND c.vector_store_id = ?{restrict} "
-                    "ORDER BY bm25(rg_vs_fts), c.id LIMIT ?",
-                    query,
-                    store_id,
-                    *extra,
-                    limit,
-                )
+                # The store as a phrase in its own column, ANDed in the index (no per-row join);
+                # bm25 weighs only the text column.
+                phrase = store_id.replace('"', '""')
+                words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+                query = f'vector_store_id : "{phrase}" AND text : ({words})'
+                if file_ids is None:
+                    rows = await tx.fetch(
+                        "SELECT rowid FROM rg_vs_fts WHERE rg_vs_fts MATCH ? "
+                        "ORDER BY bm25(rg_vs_fts, 0.0, 1.0), rowid LIMIT ?",
+                        query,
+                        limit,
+                    )
+                else:
+                    rows = await tx.fetch(
+                        "SELECT c.id FROM rg_vs_fts JOIN rg_vs_chunks c ON c.id = rg_vs_fts.rowid "
+                        f"WHERE rg_vs_fts MATCH ?{restrict} "
+                        "ORDER BY bm25(rg_vs_fts, 0.0, 1.0), c.id LIMIT ?",
+                        query,
+                        *extra,
+                        limit,
+                    )
             else:
                 query = " | ".join(terms)
                 rows = await tx.fetch(
