@@ -132,6 +132,7 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
     # Vector stores (store/vector_stores.py, docs/file-search.md). Chunks carry their text and vector
     # (float32 bytes); the BM25 index is FTS5 on SQLite, a tsvector column on PostgreSQL; ``version``
     # moves with every write of a store's chunks (the in-memory vector index reloads on it).
+    # Version 5: main's version 4 is the containers' tables (merged beside this one).
     (
         5,
         [
