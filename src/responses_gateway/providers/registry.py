@@ -53,7 +53,6 @@ __all__ = [
 log = logging.getLogger("responses_gateway.providers")
 
 
-
 @dataclass(slots=True)
 class ProviderContext:
     """What a factory gets besides its model's config: shared resources of the running gateway."""

@@ -333,21 +333,21 @@ class VectorStores:
             return []
         restrict = None if len(allowed) == len(files) else [f[0] for f in allowed]
         depth = max(max_num_results * 4, 40)
-        try:
-            vector = (await asyncio.to_thread(embedder.embed, [text])).vectors[0]
-        except EmbedderUnavailable as exc:
-            raise RetrievalError(str(exc), None, "upstream_error", 502) from None
-        if vector.shape[0] != dimensions:
-            raise RetrievalError(
-                f"The vector store was built with {dimensions}-dimension vectors; "
-                f"'{embedder.name}' now gives {vector.shape[0]}.",
-                "vector_store_id",
-                "embedding_mismatch",
-            )
-        text_ids = await self.tables.text_search(store_id, _terms(text), depth, restrict)
-        vector_ids = await self.index.search(
-            store_id, vector, dimensions=dimensions, limit=depth, file_ids=restrict
+        w_vec, w_text = weights
+        # BM25 (on the database's thread or pool) runs while the query is embedded and the vectors
+        # searched (worker threads): the two sides overlap. A side weighted 0 is not computed.
+        text_side = asyncio.ensure_future(
+            self.tables.text_search(store_id, _terms(text), depth, restrict) if w_text else _nothing()
         )
+        try:
+            vector_ids = (
+                await self._nearest(embedder, store_id, text, dimensions, depth, restrict) if w_vec else []
+            )
+        except BaseException:
+            text_side.cancel()
+            await asyncio.gather(text_side, return_exceptions=True)
+            raise
+        text_ids = await text_side
         w_vec, w_text = weights
         scores: dict[int, float] = {}
         for weight, ids in ((w_vec, vector_ids), (w_text, text_ids)):
@@ -372,6 +372,30 @@ class VectorStores:
                 }
             )
         return hits
+
+    async def _nearest(
+        self,
+        embedder: Embedder,
+        store_id: str,
+        text: str,
+        dimensions: int,
+        depth: int,
+        restrict: list[str] | None,
+    ) -> list[int]:
+        try:
+            vector = (await asyncio.to_thread(embedder.embed, [text])).vectors[0]
+        except EmbedderUnavailable as exc:
+            raise RetrievalError(str(exc), None, "upstream_error", 502) from None
+        if vector.shape[0] != dimensions:
+            raise RetrievalError(
+                f"The vector store was built with {dimensions}-dimension vectors; "
+                f"'{embedder.name}' now gives {vector.shape[0]}.",
+                "vector_store_id",
+                "embedding_mismatch",
+            )
+        return await self.index.search(
+            store_id, vector, dimensions=dimensions, limit=depth, file_ids=restrict
+        )
 
     async def search_for_tool(
         self,
@@ -404,6 +428,10 @@ class VectorStores:
                 raise LookupError(store_id) from None
         hits.sort(key=lambda h: -float(h["score"]))
         return hits[:max_num_results]
+
+
+async def _nothing() -> list[int]:
+    return []
 
 
 async def _owner_of(tables: VectorStoreTables, store_id: str) -> str | None:

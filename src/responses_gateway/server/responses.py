@@ -223,6 +223,7 @@ def _identity(events: list[JSON]) -> list[JSON]:
 # The largest integer a query parameter may carry: the stores keep sequence numbers in signed 64 bits.
 MAX_QUERY_INT = 2**63 - 1
 
+
 class _Query:
     """A GET request's query string, checked with OpenAI's wording."""
 
