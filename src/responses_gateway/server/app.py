@@ -44,8 +44,8 @@ from .router import Router
 from .streaming import GENERIC_FAILURE
 from .types import Message, Receive, Scope, Send
 from .ui import UI, is_ui_path
-from .websocket import WebSocketAPI
 from .vector_stores import VectorStoresAPI
+from .websocket import WebSocketAPI
 
 __all__ = ["GatewayApp"]
 
