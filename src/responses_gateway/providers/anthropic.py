@@ -991,6 +991,7 @@ class AnthropicProvider(HTTPProvider[_Turn]):
         structured_output=True,
         images=True,
         tool_types=frozenset(SUPPORTED_TOOLS),
+        file_inputs="documents",
     )
 
     def __init__(

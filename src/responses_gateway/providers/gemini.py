@@ -715,6 +715,7 @@ class GeminiProvider(HTTPProvider[GeminiTranslator]):
         structured_output=True,
         images=True,
         tool_types=SUPPORTED_TOOLS,
+        file_inputs="documents",
     )
 
     def __init__(

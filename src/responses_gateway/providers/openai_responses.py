@@ -580,6 +580,7 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
         structured_output=True,
         images=True,
         tool_types=ALL_TOOL_TYPES,
+        file_inputs="native",
     )
     push_relay = True
 

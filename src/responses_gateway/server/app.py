@@ -245,6 +245,10 @@ class GatewayApp:
             return None
         return str(meta["filename"]), data
 
+    async def read_file(self, owner: str | None, file_id: str) -> tuple[str, bytes] | None:
+        """An uploaded file's name and bytes for ``owner`` (None: no such file, or another key's)."""
+        return await self._file_for_container(owner, file_id)
+
     async def _check_hosted_tools(self) -> None:
         """Say at start-up which hosted tools cannot run here, and why (requests for them get a 400)."""
         for tool in dict.fromkeys(self.hosted_tools.values()):

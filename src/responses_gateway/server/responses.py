@@ -33,6 +33,7 @@ import orjson
 
 from ..engine import Engine, HostedTool, RunContext, plan_hosted
 from ..engine.compaction import ContextCompaction, compact, expand
+from ..engine.input_files import resolve_input_files
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import (
     INCLUDABLE,
@@ -77,6 +78,8 @@ class Host(Protocol):
     async def read_body(self, scope: Scope, receive: Receive) -> bytes: ...
 
     async def provider_for(self, model: str) -> Provider: ...
+
+    async def read_file(self, owner: str | None, file_id: str) -> tuple[str, bytes] | None: ...
 
 
 __all__ = [
@@ -458,6 +461,19 @@ class ResponsesAPI:
                 )
         # What the model is given as its conversation, before hosted tools rewrite it for the back end.
         history = list(request.input)
+        # input_file parts in the form the back end reads (file ids resolved for the owner, text
+        # extracted for text-only back ends); the stored input keeps what the client sent.
+        try:
+            with_files = await resolve_input_files(
+                request.input,
+                form=provider.capabilities.file_inputs,
+                owner=owner,
+                read=app.read_file if store is not None else None,
+            )
+        except RequestError as exc:
+            raise HTTPError.from_request_error(exc) from None
+        if with_files is not None:
+            request.input = with_files
         # The Response echoes the tools as the client sent them, whatever the back end is given.
         client_tools = (request.tools, request.tool_choice)
         # Hosted tools the back end cannot run itself are offered as functions and run by the engine.
