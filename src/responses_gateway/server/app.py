@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from ..engine import HostedTool
-from ..engine.tools import CodeInterpreter, ContainerPool
+from ..engine.tools import CodeInterpreter, ContainerPool, FileSearch
 from ..engine.tools.mcp import McpLimits, McpTool
 from ..engine.tools.web_search import WEB_SEARCH_TYPES, WebSearch
 from ..netguard import NetGuard, NetPolicy
@@ -155,6 +155,7 @@ class GatewayApp:
         )
         VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         EmbeddingsAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
+        self.hosted_tools["file_search"] = FileSearch(self.vector_stores)
 
     def owner_for(self, scope: Scope) -> str:
         """The owner of what this request stores and reads: a hash of its API key, or one shared owner.
