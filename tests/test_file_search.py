@@ -11,6 +11,7 @@ upstream (mocks on loopback), each offered a ``file_search(queries)`` function. 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 from collections.abc import Iterator
@@ -400,3 +401,48 @@ def test_the_agents_sdk_file_search_tool(gw: Gateway, corpus: tuple[str, dict[st
     assert result.final_output == "A cat purrs when it is content (see cats.txt)."
     calls = [i.raw_item for i in result.new_items if getattr(i.raw_item, "type", None) == "file_search_call"]
     assert len(calls) == 1 and calls[0].results and calls[0].results[0].filename == "cats.txt"
+
+
+@pytest.mark.model
+def test_the_embedded_model_searches_and_reads_a_file(tmp_path: Any) -> None:
+    """One embedded-model run: forced to search, it calls file_search with its own query (the grammar
+    holds it to the schema), the gateway searches, and its next turn reads the passages; an input_file
+    in the same request reaches it as text."""
+    pytest.importorskip("llama_cpp")
+    from responses_gateway.server.registry import LOCAL_MODEL, default_registry
+
+    gateway = start_gateway(
+        default_registry(), preload=True, store_url=f"sqlite://{tmp_path}/gateway.db", data_dir=str(tmp_path)
+    )
+    try:
+        client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0, timeout=300)
+        store = client.vector_stores.create(name="pets")
+        done = client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=("cats.txt", CORPUS["cats.txt"]), poll_interval_ms=100
+        )
+        assert done.status == "completed"
+        note = "data:text/plain;base64," + base64.b64encode(b"The user's cat is called Tom.").decode()
+        _, response = _stream(
+            client,
+            model=LOCAL_MODEL,
+            input=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_file", "filename": "note.txt", "file_data": note},
+                        {"type": "input_text", "text": "Search my files: why do cats purr?"},
+                    ],
+                }
+            ],
+            tools=[tool(store.id)],
+            tool_choice={"type": "file_search"},
+            include=RESULTS,
+            max_output_tokens=96,
+        )
+    finally:
+        gateway.stop()
+    item = response["output"][0]
+    assert item["type"] == "file_search_call" and item["status"] == "completed", item
+    assert item["queries"] and all(isinstance(q, str) and q for q in item["queries"])
+    assert item["results"] and item["results"][0]["filename"] == "cats.txt"
+    assert response["status"] in ("completed", "incomplete")
