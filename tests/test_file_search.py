@@ -25,6 +25,7 @@ from pydantic import TypeAdapter
 
 from conftest import Gateway, check_stream, decode_sse, start_gateway
 from responses_gateway.providers.anthropic import AnthropicProvider
+from responses_gateway.providers.gemini import GeminiProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.scripted import ScriptedProvider
 from test_documents import make_pdf
@@ -98,8 +99,10 @@ def gw(
     chat.name = "chat"
     claude = AnthropicProvider(base_url=upstream.url, api_key="sk-ant-x", upstream_model="claude-x")
     claude.name = "claude"
+    gemini = GeminiProvider(base_url=upstream.url, api_key="AIzaTESTKEY0123456789")
+    gemini.name = "gemini"
     gateway = start_gateway(
-        [*providers.values(), chat, claude],
+        [*providers.values(), chat, claude, gemini],
         store_url=f"sqlite://{data}/gateway.db",
         data_dir=str(data),
         api_keys=(KEY_A, KEY_B),
@@ -266,6 +269,36 @@ def test_mistakes_are_400s_naming_the_param(gw: Gateway, corpus: tuple[str, dict
         assert isinstance(info.value.body, dict) and info.value.body["param"] == param, info.value.body
 
 
+def test_a_replayed_item_is_read_from_its_results_or_said_to_be_gone(
+    client: openai.OpenAI,
+    gw: Gateway,
+    providers: dict[str, ScriptedProvider],
+    corpus: tuple[str, dict[str, str]],
+) -> None:
+    # A client that kept the item (store: false, included results) sends it back: the model reads the
+    # results from it; another key replaying the same item id gets nothing of the first key's memory.
+    store_id, ids = corpus
+    _, first = _stream(
+        client, model="librarian", input="Why?", tools=[tool(store_id)], include=RESULTS, store=False
+    )
+    item = first["output"][0]
+    question = {"role": "user", "content": "And kittens?"}
+    _stream(client, model="librarian", input=[item, question], tools=[tool(store_id)])
+    told = providers["librarian"].requests[-1].input[1]["output"]
+    assert f"cats.txt (file_id: {ids['cats.txt']}" in told
+    other = openai.OpenAI(base_url=gw.base_url, api_key=KEY_B, max_retries=0)
+    bare = {**item, "results": None}
+    other.responses.create(model="librarian", input=[bare, question])
+    assert "no longer available" in providers["librarian"].requests[-1].input[1]["output"]
+    # An item this gateway never saw (no memory of it): read from its results, and the answer citing
+    # cats.txt is annotated from them.
+    replayed = {**item, "id": "fs_replayed_0001"}
+    _, again = _stream(client, model="librarian", input=[replayed, question], tools=[tool(store_id)])
+    assert f"cats.txt (file_id: {ids['cats.txt']}" in providers["librarian"].requests[-1].input[1]["output"]
+    (annotation,) = again["output"][0]["content"][0]["annotations"]
+    assert annotation["file_id"] == ids["cats.txt"]
+
+
 # ------------------------------------------------------------------------------ real upstreams
 # (The same mock replies as tests/test_code_interpreter.py, which skips where the sandbox cannot run.)
 def _chat_chunks(*deltas: JSON, finish: str, usage: tuple[int, int]) -> bytes:
@@ -382,6 +415,38 @@ def test_through_an_anthropic_upstream(
     second = upstream.requests[-1].json
     (result,) = second["messages"][2]["content"]
     assert result["type"] == "tool_result" and "Mount Etna" in json.dumps(result)
+
+
+def _gemini_chunks(part: JSON) -> bytes:
+    chunk = {
+        "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 7, "totalTokenCount": 57},
+        "modelVersion": "gemini-2.0-flash",
+    }
+    return encode_chunks([chunk], "gemini")
+
+
+def test_through_a_gemini_upstream(
+    client: openai.OpenAI, upstream: UpstreamMock, corpus: tuple[str, dict[str, str]]
+) -> None:
+    store_id, ids = corpus
+    upstream.reset(
+        [
+            stream_reply(
+                _gemini_chunks({"functionCall": {"name": "file_search", "args": {"queries": ["Etna"]}}})
+            ),
+            stream_reply(_gemini_chunks({"text": "Etna is in Sicily (volcanoes.md)."})),
+        ]
+    )
+    _, response = _stream(client, model="gemini", input="Etna?", tools=[tool(store_id)], include=RESULTS)
+    item, message = response["output"]
+    assert item["queries"] == ["Etna"] and item["results"][0]["file_id"] == ids["volcanoes.md"]
+    assert message["content"][0]["annotations"][0]["file_id"] == ids["volcanoes.md"]
+    contents = upstream.requests[-1].json["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    (answer,) = contents[2]["parts"]
+    assert answer["functionResponse"]["name"] == "file_search"
+    assert "Mount Etna" in json.dumps(answer["functionResponse"]["response"])
 
 
 def test_the_agents_sdk_file_search_tool(gw: Gateway, corpus: tuple[str, dict[str, str]]) -> None:
