@@ -136,6 +136,30 @@ def test_file_data_html_streamed(gw: Gateway, reader: ScriptedProvider) -> None:
     assert "SCRIPT-TEXT" not in text and text == '<file name="page.html">\nBlue & green.\n</file>'
 
 
+def test_a_file_in_a_tool_output(client: openai.OpenAI, reader: ScriptedProvider) -> None:
+    data = "data:text/markdown;base64," + base64.b64encode(b"# Notes\n\nThe capital is Fredville.").decode()
+    client.responses.create(
+        model="reader",
+        input=[
+            {"role": "user", "content": "Read the notes."},
+            {"type": "function_call", "call_id": "c1", "name": "read_notes", "arguments": "{}"},
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [{"type": "input_file", "filename": "notes.md", "file_data": data}],
+            },
+        ],
+        tools=[
+            {"type": "function", "name": "read_notes", "parameters": {"type": "object", "properties": {}}}
+        ],
+    )
+    (part,) = reader.requests[-1].input[2]["output"]
+    assert part == {
+        "type": "input_text",
+        "text": '<file name="notes.md">\n# Notes\n\nThe capital is Fredville.\n</file>',
+    }
+
+
 def test_mistakes_are_400s_naming_the_part(gw: Gateway, client: openai.OpenAI, pdf_id: str) -> None:
     other = openai.OpenAI(base_url=gw.base_url, api_key="key-b", max_retries=0)
     corrupt = "data:application/pdf;base64," + base64.b64encode(PDF[:200]).decode()
