@@ -230,6 +230,26 @@ def test_gemini_gets_inline_data(client: openai.OpenAI, upstream: UpstreamMock, 
     assert part == {"inlineData": {"mimeType": "application/pdf", "data": base64.b64encode(PDF).decode()}}
 
 
+def test_gemini_gets_media_as_data_and_documents_as_text(
+    client: openai.OpenAI, upstream: UpstreamMock
+) -> None:
+    audio = "data:audio/wav;base64,UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
+    html = "data:text/html;base64," + base64.b64encode(HTML).decode()
+    body = _send(
+        client,
+        upstream,
+        "gemini",
+        GEMINI_PLAIN,
+        {"type": "input_file", "file_data": audio, "filename": "hello.wav"},
+        {"type": "input_file", "file_data": html, "filename": "page.html"},
+    )
+    wav, page, _ = body["contents"][0]["parts"]
+    assert wav == {"inlineData": {"mimeType": "audio/wav", "data": audio.split(",", 1)[1]}}
+    assert page == {
+        "inlineData": {"mimeType": "text/plain", "data": base64.b64encode(b"Blue & green.").decode()}
+    }
+
+
 def test_chat_completions_gets_the_text(client: openai.OpenAI, upstream: UpstreamMock, pdf_id: str) -> None:
     body = _send(client, upstream, "chat", CHAT_PLAIN, {"type": "input_file", "file_id": pdf_id})
     content = body["messages"][0]["content"]

@@ -8,10 +8,11 @@ form, declared as ``Capabilities.file_inputs``:
 ``native`` (the OpenAI passthrough)
     parts go as they came, except ``file_id``, which the upstream does not know: it becomes the
     file's bytes as ``file_data`` (a data URL) with its ``filename``.
-``documents`` (Anthropic, Gemini)
+``documents`` (Anthropic), ``media`` (Gemini)
     a PDF as ``file_data`` (``application/pdf``: Anthropic's base64 ``document``, Gemini's
     ``inline_data``); any other document as its extracted text (``text/plain`` data: Anthropic's
-    text ``document``, Gemini's ``inline_data``); ``file_url`` as it came (both fetch URLs).
+    text ``document``, Gemini's ``inline_data``); ``file_url`` as it came (both fetch URLs). ``media``
+    also passes images, audio and video as data (Gemini reads them; a document parser does not).
 ``text`` (Chat Completions, the embedded model, the scripted back end: the default)
     the document's extracted text (``documents.extract_text``) as an ``input_text`` part, wrapped in
     ``<file name="…">…</file>`` so the model knows where it starts, ends and what it is called.
@@ -49,7 +50,8 @@ FileReader = Callable[[str | None, str], Awaitable[tuple[str, bytes] | None]]
 MAX_FILE_BYTES = 32 << 20  # one input file, as OpenAI bounds it
 MAX_REQUEST_FILE_BYTES = 64 << 20  # all the files of one request (the history's included)
 _DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)?((?:;[\w-]+=[^;,]*)*)(;base64)?,", re.ASCII)
-FORMS = ("native", "documents", "text")
+FORMS = ("native", "documents", "media", "text")
+_MEDIA = ("image/", "audio/", "video/")
 
 
 def _has_files(items: list[JSON]) -> bool:
@@ -160,13 +162,17 @@ async def _resolve(
     if form == "native":
         kind = content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
         return _data_part(part, data, kind, name)
+    if form == "media":
+        kind = content_type or mimetypes.guess_type(name)[0] or ""
+        if kind.startswith(_MEDIA):
+            return _data_part(part, data, kind, name)
     try:
-        if form == "documents" and document_kind(data, name, content_type) == "pdf":
+        if form in ("documents", "media") and document_kind(data, name, content_type) == "pdf":
             return _data_part(part, data, "application/pdf", name)
         text = await asyncio.to_thread(extract_text, data, name, content_type)
     except DocumentError as exc:
         raise RequestError(f"{exc}", param=where, code=f"file_{exc.reason}") from None
-    if form == "documents":
+    if form in ("documents", "media"):
         return _data_part(part, text.encode(), "text/plain", name)
     return {"type": "input_text", "text": f'<file name="{_attr(name)}">\n{text}\n</file>'}
 

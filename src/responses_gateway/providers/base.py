@@ -43,7 +43,8 @@ class Capabilities:
     images: bool = False
     tool_types: frozenset[str] = field(default_factory=lambda: frozenset({"function"}))
     # How it reads ``input_file`` parts (engine/input_files.py): "native" (as sent; file ids resolved),
-    # "documents" (a PDF as data, other documents as their text) or "text" (extracted text only).
+    # "documents" (a PDF as data, other documents as their text), "media" (documents, plus images,
+    # audio and video as data) or "text" (extracted text only).
     file_inputs: str = "text"
 
 

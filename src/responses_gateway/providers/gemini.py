@@ -715,7 +715,7 @@ class GeminiProvider(HTTPProvider[GeminiTranslator]):
         structured_output=True,
         images=True,
         tool_types=SUPPORTED_TOOLS,
-        file_inputs="documents",
+        file_inputs="media",
     )
 
     def __init__(
