@@ -25,7 +25,7 @@ def make_pdf(*pages: str, password: str | None = None) -> bytes:
             }
         )
         page[NameObject("/Resources")] = DictionaryObject(
-            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): writer._add_object(font)})}
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})}
         )
         lines = []
         for n, line in enumerate(text.split("\n")):
@@ -33,7 +33,7 @@ def make_pdf(*pages: str, password: str | None = None) -> bytes:
             lines.append(f"BT /F1 12 Tf 72 {720 - 16 * n} Td ({escaped}) Tj ET")
         stream = DecodedStreamObject()
         stream.set_data("\n".join(lines).encode("latin-1"))
-        page[NameObject("/Contents")] = writer._add_object(stream)
+        page.replace_contents(stream)
     if password is not None:
         writer.encrypt(user_password=password, owner_password=password + "-owner", algorithm="AES-128")
     out = io.BytesIO()
