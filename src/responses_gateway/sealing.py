@@ -113,11 +113,19 @@ def load_sealer(data_dir: str | Path | None = None, env: Mapping[str, str] | Non
         raise ValueError(f"set {SEAL_KEY_ENV} or give a data directory to keep the seal key in")
     path = Path(data_dir) / _KEY_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if path.exists():
         return Sealer([_decode_key(path.read_text(encoding="ascii"))])
-    # O_EXCL makes the first of two racing processes the only writer; the other reads its key.
+    # Written whole under a private name, then linked into place: of two racing processes (two
+    # gateways, or ``serve --workers`` siblings) the first link wins and the other reads that key,
+    # never a file still being written.
+    private = path.with_name(f".{_KEY_FILE}.{os.getpid()}")
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as handle:
         handle.write(os.urandom(32).hex() + "\n")
+    try:
+        os.link(private, path)
+    except FileExistsError:
+        pass
+    finally:
+        private.unlink()
     return Sealer([_decode_key(path.read_text(encoding="ascii"))])

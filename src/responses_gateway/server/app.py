@@ -205,6 +205,7 @@ class GatewayApp:
                         self.store = await open_store(
                             self.config.store_url,
                             redis_url=self.config.redis_url,
+                            siblings_dir=self.config.siblings_dir,
                             retention=self.config.store_retention,
                             max_response_bytes=self.config.store_max_response_bytes,
                         )

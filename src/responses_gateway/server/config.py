@@ -80,6 +80,9 @@ class ServerConfig:
     mcp_call_timeout: float = 60.0
     # The search engine web_search asks for back ends without native search (None: the tool is refused).
     search_backend: SearchBackend | None = field(default=None, repr=False)
+    # ``serve --workers N``: the directory where the workers' cancel sockets live (store/live.py's
+    # SiblingLiveLog); None for a single process.
+    siblings_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):

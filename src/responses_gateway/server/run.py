@@ -8,8 +8,10 @@ import errno
 import gc
 import logging
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import warnings
 from typing import TYPE_CHECKING
 
@@ -36,8 +38,9 @@ from .websocket import UVICORN_WS
 
 if TYPE_CHECKING:
     from ..config import GatewayConfig
+from .workers import Supervisor, default_workers
 
-__all__ = ["add_serve_arguments", "build_app", "serve"]
+__all__ = ["WORKER_HEADER", "add_serve_arguments", "build_app", "serve"]
 
 log = logging.getLogger("responses_gateway.server")
 
@@ -46,12 +49,30 @@ CONFIG_ENV = "RG_CONFIG"
 STORE_ENV = "RG_STORE_URL"
 REDIS_ENV = "RG_REDIS_URL"
 NO_STORE = ("none", "off")
+# With --workers N > 1, every response names the worker process (its pid) that answered it.
+WORKER_HEADER = "x-gateway-worker"
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``serve`` options to ``parser``."""
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="gateway processes sharing the port (default: one per core, or 1 when the embedded model is "
+        "served: it is not shared between workers yet); SIGHUP restarts them one by one",
+    )
+    parser.add_argument(
+        "--worker-port-base",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="with --workers N, worker i also listens on PORT+i (to reach one worker, for tests and "
+        "debugging)",
+    )
     parser.add_argument(
         "--config",
         default=os.environ.get(CONFIG_ENV) or None,
@@ -335,8 +356,8 @@ def build_registry(args: argparse.Namespace, models: GatewayConfig | None = None
     return registry
 
 
-def build_app(args: argparse.Namespace) -> GatewayApp:
-    """The ASGI app for parsed ``serve`` options."""
+def build_app(args: argparse.Namespace, *, siblings_dir: str | None = None) -> GatewayApp:
+    """The ASGI app for parsed ``serve`` options (``siblings_dir``: see ``ServerConfig``)."""
     store_url, redis_url, data_dir = store_settings(args)
     models: GatewayConfig | None = None
     if args.config:
@@ -382,6 +403,7 @@ def build_app(args: argparse.Namespace) -> GatewayApp:
         mcp_servers=mcp_servers,
         mcp_call_timeout=args.mcp_call_timeout,
         search_backend=search,
+        siblings_dir=siblings_dir,
     )
     return GatewayApp(build_registry(args, models), config, preload=args.preload)
 
@@ -411,30 +433,62 @@ def serve(args: argparse.Namespace) -> int:
             f"responses-gateway serve: {args.host}:{args.port} {reason}; choose another with --port\n"
         )
         return 2
+    siblings_dir: str | None = None
     try:
+        if args.workers is not None and args.workers < 1:
+            raise ValueError(f"--workers must be at least 1, not {args.workers}")
+        local = not args.no_local and LOCAL_MODEL in build_registry(args).names()
+        workers = args.workers or (1 if local else default_workers())
+        if workers > 1 and local:
+            raise ValueError(
+                f"--workers {workers}: the embedded model {LOCAL_MODEL} would be loaded once per worker "
+                "(sharing one model process between workers is not done yet); use --workers 1, or "
+                "--no-local for the other models"
+            )
+        if workers > 1:
+            siblings_dir = tempfile.mkdtemp(prefix="rg-workers-")
         protocol = GatewayHttpProtocol.configured(
             head_timeout=args.head_timeout,
             body_timeout=args.body_timeout,
             max_connections=args.max_connections,
         )
-        app = build_app(args)
+        app = build_app(args, siblings_dir=siblings_dir)
+        # The seal key is read (or created) once, before the workers fork: they share it.
+        _ = app.sealer
     except (ScriptError, OSError, ValueError) as exc:
         listener.close()
+        if siblings_dir is not None:
+            shutil.rmtree(siblings_dir, ignore_errors=True)
         sys.stderr.write(f"responses-gateway serve: {exc}\n")
         return 2
+    try:
+        return _serve_app(args, app, protocol, listener, workers)
+    finally:
+        if siblings_dir is not None:
+            shutil.rmtree(siblings_dir, ignore_errors=True)
+
+
+def _serve_app(
+    args: argparse.Namespace,
+    app: GatewayApp,
+    protocol: type[GatewayHttpProtocol],
+    listener: socket.socket,
+    workers: int,
+) -> int:
     names = app.registry.names()
     if not names:
         listener.close()
         sys.stderr.write("responses-gateway serve: no models to serve (no --config, --script, local model)\n")
         return 2
     log.info(
-        "serving %s on http://%s:%d/v1 (keepalive %s every %gs, api keys %s)",
+        "serving %s on http://%s:%d/v1 (keepalive %s every %gs, api keys %s%s)",
         ", ".join(names),
         args.host,
         args.port,
         args.keepalive,
         args.keepalive_interval,
         "required" if app.config.api_keys else "off",
+        f", {workers} workers" if workers > 1 else "",
     )
     log.info("store: %s%s", _describe_store(app.config.store_url), " + redis" if app.config.redis_url else "")
     if not args.preload and LOCAL_MODEL in names:
@@ -442,35 +496,48 @@ def serve(args: argparse.Namespace) -> int:
             "the embedded model %s loads on its first request (use --preload to load it now)", LOCAL_MODEL
         )
     warnings.filterwarnings("ignore", message="The `websockets` implementation is deprecated")
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http=protocol,
-        # WebSocket mode on /v1/responses (server/websocket.py; UVICORN_WS says why this protocol).
-        # uvicorn closes a connection (1009) on a message past ws_max_size: twice the gateway's own
-        # limit, which answers with an error event and keeps the connection, so only an absurd
-        # message ends it.
-        ws=UVICORN_WS,
-        ws_max_size=2 * app.ws_max_message_bytes,
-        lifespan="on",
-        access_log=args.access_log,
-        log_level=args.log_level,
-        # uvicorn's own lines go through the root logger set up above: one format for every line.
-        log_config=None,
-        timeout_graceful_shutdown=args.shutdown_timeout,
-    )
-    server = GatewayServer(config, args.shutdown_timeout)
     raise_open_files_limit()  # one socket per stream each side; the upstream pool is unlimited
-    server.run(sockets=[listener])
-    return 0 if server.started else 1
+
+    def run_worker(index: int, ready_fd: int | None) -> int:
+        sockets = [listener]
+        headers: list[tuple[str, str]] = []
+        if workers > 1:
+            headers.append((WORKER_HEADER, str(os.getpid())))
+            if args.worker_port_base is not None:
+                sockets.append(bind(args.host, args.worker_port_base + index, reuse_port=True))
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            loop="uvloop",
+            http=protocol,
+            # WebSocket mode on /v1/responses (server/websocket.py; UVICORN_WS says why this protocol).
+            # uvicorn closes a connection (1009) on a message past ws_max_size: twice the gateway's own
+            # limit, which answers with an error event and keeps the connection, so only an absurd
+            # message ends it.
+            ws=UVICORN_WS,
+            ws_max_size=2 * app.ws_max_message_bytes,
+            lifespan="on",
+            access_log=args.access_log,
+            log_level=args.log_level,
+            # uvicorn's own lines go through the root logger set up above: one format for every line.
+            log_config=None,
+            timeout_graceful_shutdown=args.shutdown_timeout,
+            headers=headers,
+        )
+        server = GatewayServer(config, args.shutdown_timeout, ready_fd=ready_fd)
+        server.run(sockets=sockets)
+        return 0 if server.started else 1
+
+    if workers == 1:
+        return run_worker(0, None)
+    return Supervisor(workers, run_worker, grace=args.shutdown_timeout).run()
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """The listening socket ``serve`` hands to uvicorn, bound before anything is announced."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=2048)
+    sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=reuse_port)
     sock.set_inheritable(True)
     return sock
 
@@ -483,9 +550,11 @@ class GatewayServer(uvicorn.Server):
     stream ends with ``error`` + ``response.failed`` (``server_error``) and a stored response says so.
     """
 
-    def __init__(self, config: uvicorn.Config, grace: float) -> None:
+    def __init__(self, config: uvicorn.Config, grace: float, *, ready_fd: int | None = None) -> None:
         super().__init__(config)
         self._grace = grace
+        # ``serve --workers N``: one byte written here tells the parent this worker accepts connections.
+        self._ready_fd = ready_fd
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -494,6 +563,10 @@ class GatewayServer(uvicorn.Server):
         # startup objects, a pause every open stream felt (docs/performance.md).
         gc.collect()
         gc.freeze()
+        if self._ready_fd is not None and self.started:
+            os.write(self._ready_fd, b"r")
+            os.close(self._ready_fd)
+            self._ready_fd = None
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         timer = asyncio.get_running_loop().call_later(max(0.0, self._grace * 0.8), _stop_runs)

@@ -21,7 +21,7 @@ from .errors import (
     StoreError,
 )
 from .events import EventRecorder
-from .live import LiveLog, LocalLiveLog, RedisLiveLog
+from .live import LiveLog, LocalLiveLog, RedisLiveLog, SiblingLiveLog
 from .rows import RUNNING, TERMINAL, TERMINAL_EVENTS, apply_include
 from .store import Store
 
@@ -42,6 +42,7 @@ __all__ = [
     "PreviousResponseNotFound",
     "RedisLiveLog",
     "ResponseNotFound",
+    "SiblingLiveLog",
     "SqliteDatabase",
     "Store",
     "StoreError",
@@ -70,9 +71,18 @@ def database_for_url(url: str) -> Database:
     raise ValueError(f"store URL {url!r}: must start with sqlite:// or postgresql://")
 
 
-async def open_store(url: str, *, redis_url: str | None = None, **options: Any) -> Store:
-    """A started Store for ``url``; ``redis_url`` (``redis://…``) enables cross-instance fan-out."""
-    live: LiveLog = RedisLiveLog(redis_url) if redis_url else LocalLiveLog()
+async def open_store(
+    url: str, *, redis_url: str | None = None, siblings_dir: str | None = None, **options: Any
+) -> Store:
+    """A started Store for ``url``; ``redis_url`` (``redis://…``) enables cross-instance fan-out;
+    without it, ``siblings_dir`` (``serve --workers N``) sends cancels to the sibling workers."""
+    live: LiveLog
+    if redis_url:
+        live = RedisLiveLog(redis_url)
+    elif siblings_dir:
+        live = SiblingLiveLog(siblings_dir)
+    else:
+        live = LocalLiveLog()
     store = Store(database_for_url(url), live, **options)
     await store.start()
     return store

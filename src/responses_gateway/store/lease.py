@@ -37,7 +37,13 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A zombie (dead, not yet reaped: a ``serve --workers`` worker whose parent was killed waits for
+    # init to reap it) answers signal 0 but runs nothing.
+    try:
+        stat = open(f"/proc/{pid}/stat", "rb").read()  # noqa: SIM115
+    except OSError:
+        return True  # no /proc (not Linux): signal 0 is all there is
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 class Lease:

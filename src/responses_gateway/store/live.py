@@ -6,20 +6,26 @@ everything after N, so there is no gap between the two and de-duplication is a c
 sequence numbers. :class:`LocalLiveLog` keeps them in memory (one instance); :class:`RedisLiveLog`
 keeps them in a Redis stream per response whose entry ids are ``0-<seq+1>`` (so "after N" is a plain
 XREAD from ``0-<N+1>``), shared by every instance. Cancel requests go through Redis pub/sub.
+:class:`SiblingLiveLog` is the local log of one of ``serve --workers N``'s processes on one SQLite
+store: followers of a sibling's response read the database (polled), cancels reach the sibling at once
+over a Unix datagram socket per worker in a directory the workers share.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
 
-__all__ = ["LiveLog", "LocalLiveLog", "RedisLiveLog"]
+__all__ = ["LiveLog", "LocalLiveLog", "RedisLiveLog", "SiblingLiveLog"]
 
 JSON = dict[str, Any]
 CancelHandler = Callable[[str], None]
@@ -131,6 +137,64 @@ class LocalLiveLog(LiveLog):
 
     async def close(self) -> None:
         self._channels.clear()
+
+
+class SiblingLiveLog(LocalLiveLog):
+    """:class:`LocalLiveLog` for one worker of several on one machine (``serve --workers N``).
+
+    Each worker binds ``<directory>/<pid>.sock`` (a Unix datagram socket); a cancel is sent to every
+    other socket there, so the sibling running the response stops it at once (the heartbeat's
+    ``cancel_requested`` sweep stays the fallback). Events are not sent: a follower of a sibling's
+    response reads the database, which ``LocalLiveLog.read`` falls back to every 0.1 s.
+    """
+
+    def __init__(self, directory: str | Path, retain_after_end: float = 30.0) -> None:
+        super().__init__(retain_after_end)
+        self.directory = Path(directory)
+        self._path = self.directory / f"{os.getpid()}.sock"
+        self._sock: socket.socket | None = None
+
+    async def open(self, on_cancel: CancelHandler) -> None:
+        await super().open(on_cancel)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()  # a previous process with this pid
+        sock.bind(str(self._path))
+        self._sock = sock
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._receive)
+
+    def _receive(self) -> None:
+        sock = self._sock
+        while sock is not None:
+            try:
+                data = sock.recv(1024)
+            except (BlockingIOError, InterruptedError):
+                return
+            if data.startswith(b"c:"):
+                self._on_cancel(data[2:].decode(errors="replace"))
+
+    async def broadcast_cancel(self, response_id: str) -> None:
+        self._on_cancel(response_id)
+        sock = self._sock
+        if sock is None:
+            return
+        message = b"c:" + response_id.encode()
+        for path in self.directory.glob("*.sock"):
+            if path != self._path:
+                # A sibling gone (its socket file not yet removed) or backed up: the heartbeat's sweep
+                # still delivers the cancel.
+                with contextlib.suppress(OSError):
+                    sock.sendto(message, str(path))
+
+    async def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
+        await super().close()
 
 
 class RedisLiveLog(LiveLog):

@@ -1,0 +1,244 @@
+"""``serve --workers 2`` on the default SQLite store: stateful requests spanning two worker processes.
+
+One gateway (``responses-gateway serve --workers 2 --worker-port-base P``) as a user starts it; worker
+0 also listens on P and worker 1 on P+1, so each request here is sent to the worker chosen, and the
+``x-gateway-worker`` header (the worker's pid) proves it:
+
+- a background response produced by worker 0 is resumed on worker 1 (``starting_after``) while it
+  runs; the joined stream passes the checker and equals worker 0's own replay;
+- a cancel sent to worker 1 stops worker 0's run at once (not at the next heartbeat);
+- a conversation whose turns alternate between the workers: each sees the other's items;
+- the shared port spreads connections over both workers, a killed worker is replaced, SIGHUP
+  replaces both without refusing a request, SIGTERM stops everything;
+- ``--workers 2`` with the embedded model is refused (it would be loaded twice).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from conftest import check_stream
+from responses_gateway.protocol.sse import EventStreamDecoder
+from serve_process import Served, serve, stop
+
+JSON = dict[str, Any]
+WORKER = "x-gateway-worker"
+TERMINAL = ("response.completed", "response.incomplete", "response.failed", "response.cancelled")
+
+
+def _port_pair() -> int:
+    """A port P with P and P+1 both free."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = int(sock.getsockname()[1])
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", base + 1))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no two consecutive free ports")
+
+
+class Workers:
+    def __init__(self, served: Served, base: int) -> None:
+        self.served = served
+        self.base = base
+
+    def url(self, worker: int) -> str:
+        return f"http://127.0.0.1:{self.base + worker}/v1"
+
+    def client(self, worker: int) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url(worker), api_key="unused", max_retries=0, timeout=30)
+
+    def pid(self, worker: int) -> str:
+        return httpx.get(f"http://127.0.0.1:{self.base + worker}/health", timeout=10).headers[WORKER]
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    tmp = tmp_path_factory.mktemp("workers")
+    script = tmp / "slow.yaml"
+    words = ", ".join(f'"w{i} "' for i in range(30))
+    script.write_text(
+        "model: slow\nturns:\n"
+        "  - when: {text_contains: zebra42}\n    steps: [{message: ['I saw zebra42 in the context']}]\n"
+        "  - when: {text_contains: quick}\n    steps: [{message: ['remember zebra42']}]\n"
+        f"  - steps:\n      - message: [{words}]\n        delay: 0.1\n"
+    )
+    base = _port_pair()
+    served = serve(
+        tmp, "--no-local", "--script", str(script), "--workers", "2", "--worker-port-base", str(base)
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the parent answers /health once the first worker is up: wait for the second
+            try:
+                httpx.get(f"http://127.0.0.1:{base + 1}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield Workers(served, base)
+    finally:
+        stop(served)
+
+
+def _events(response: httpx.Response) -> list[JSON]:
+    decoder = EventStreamDecoder()
+    events: list[JSON] = []
+    for chunk in response.iter_bytes():
+        events += decoder.feed(chunk)
+    return events + decoder.flush()
+
+
+def test_each_worker_is_its_own_process(workers: Workers) -> None:
+    first, second = workers.pid(0), workers.pid(1)
+    assert first != second
+    assert {first, second} <= {str(pid) for pid in _children(workers.served.proc.pid)}
+    # The shared port reaches both (a fresh connection each time; the kernel picks the worker).
+    seen = {httpx.get(f"{workers.served.base_url}/models", timeout=10).headers[WORKER] for _ in range(40)}
+    assert seen <= {first, second} and seen
+
+
+def test_resume_on_another_worker_follows_the_run_live(workers: Workers) -> None:
+    created = workers.client(0).responses.create(model="slow", input="tell me", background=True)
+    assert created.status == "queued" or created.status == "in_progress"
+    with httpx.Client(timeout=30) as http:
+        # Worker 1 resumes after the first three events while worker 0 is still producing the rest.
+        with http.stream(
+            "GET",
+            f"{workers.url(1)}/responses/{created.id}",
+            params={"stream": "true", "starting_after": "2"},
+        ) as resp:
+            assert resp.status_code == 200 and resp.headers[WORKER] == workers.pid(1)
+            started = time.monotonic()
+            resumed = _events(resp)
+            took = time.monotonic() - started
+        whole = http.get(f"{workers.url(0)}/responses/{created.id}", params={"stream": "true"})
+    assert whole.headers[WORKER] == workers.pid(0)
+    replay = EventStreamDecoder().feed(whole.content)
+    # It was live: the 30 deltas are 0.1 s apart, so following them took most of 3 s.
+    assert took > 1.5
+    assert [e["sequence_number"] for e in resumed] == list(range(3, len(replay)))
+    assert replay[3:] == resumed
+    assert resumed[-1]["type"] == "response.completed"
+    check_stream(replay)
+    text = "".join(e["delta"] for e in resumed if e["type"] == "response.output_text.delta")
+    assert text == "".join(f"w{i} " for i in range(30))
+    # The stored response reads the same on both workers.
+    one, two = (workers.client(w).responses.retrieve(created.id) for w in (0, 1))
+    assert one.status == two.status == "completed" and one.output_text == two.output_text == text
+
+
+def test_cancel_on_another_worker_stops_the_run(workers: Workers) -> None:
+    created = workers.client(0).responses.create(model="slow", input="tell me", background=True)
+    time.sleep(0.5)  # running on worker 0
+    started = time.monotonic()
+    with httpx.Client(timeout=30) as http:
+        cancelled = http.post(f"{workers.url(1)}/responses/{created.id}/cancel")
+    took = time.monotonic() - started
+    assert cancelled.status_code == 200 and cancelled.headers[WORKER] == workers.pid(1)
+    assert cancelled.json()["status"] == "cancelled"
+    # At once, through the sibling channel, not at worker 0's next heartbeat (5 s).
+    assert took < 2, took
+    with httpx.Client(timeout=30) as http:
+        replay = EventStreamDecoder().feed(
+            http.get(f"{workers.url(0)}/responses/{created.id}", params={"stream": "true"}).content
+        )
+    # The stream ends as any stopped run's does (the gateway's convention: see streaming.STOPS).
+    assert replay[-1]["type"] in TERMINAL
+    deltas = [e for e in replay if e["type"] == "response.output_text.delta"]
+    assert 0 < len(deltas) < 30
+    check_stream(replay)
+    assert workers.client(0).responses.retrieve(created.id).status == "cancelled"
+
+
+def test_conversation_across_workers(workers: Workers) -> None:
+    conversation = workers.client(1).conversations.create(items=[{"role": "user", "content": "quick one"}])
+    first = workers.client(0).responses.create(model="slow", input="hello", conversation=conversation.id)
+    assert first.output_text == "remember zebra42"
+    # Worker 1 gives the model the conversation, worker 0's turn included.
+    second = workers.client(1).responses.create(model="slow", input="and now?", conversation=conversation.id)
+    assert second.output_text == "I saw zebra42 in the context"
+    items = workers.client(0).conversations.items.list(conversation.id, order="asc").data
+    texts = [item.content[0].text for item in items if item.type == "message"]  # type: ignore[union-attr]
+    assert texts == [
+        "quick one",
+        "hello",
+        "remember zebra42",
+        "and now?",
+        "I saw zebra42 in the context",
+    ]
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(
+        ["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True, check=False
+    )
+    return [int(line) for line in out.stdout.split()]
+
+
+def test_supervision_restart_reload_and_stop(tmp_path: Path) -> None:
+    script = tmp_path / "quick.yaml"
+    script.write_text("model: quick\nsteps: [{message: [ok]}]\n")
+    served = serve(tmp_path, "--no-local", "--script", str(script), "--workers", "2")
+    try:
+        url = f"{served.base_url}/responses"
+        deadline = time.monotonic() + 20
+        while len(before := _children(served.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(before) == 2
+        # A worker that dies is replaced.
+        os.kill(before[0], signal.SIGKILL)
+        while (
+            len(after := _children(served.proc.pid)) < 2 or before[0] in after
+        ) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(after) == 2 and before[0] not in after and before[1] in after
+        # SIGHUP: both replaced one by one; requests keep being answered meanwhile.
+        served.proc.send_signal(signal.SIGHUP)
+        answered = 0
+        deadline = time.monotonic() + 20
+        while set(_children(served.proc.pid)) & set(after) and time.monotonic() < deadline:
+            got = httpx.post(url, json={"model": "quick", "input": "hi"}, timeout=10)
+            assert got.status_code == 200, got.text
+            answered += 1
+        assert not set(_children(served.proc.pid)) & set(after) and answered
+        client = openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=30)
+        assert client.responses.create(model="quick", input="hi").output_text == "ok"
+        final = _children(served.proc.pid)
+    finally:
+        stop(served)
+    assert served.proc.returncode == 0
+    time.sleep(0.5)
+    for pid in final:  # no worker outlives the parent
+        assert not Path(f"/proc/{pid}").exists()
+
+
+def test_workers_with_the_embedded_model_are_refused(tmp_path: Path) -> None:
+    gateway = Path(sys.executable).parent / "responses-gateway"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
+    done = subprocess.run(
+        [str(gateway), "serve", "--workers", "2", "--port", str(_port_pair()), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2
+    assert "--workers 2" in done.stderr and "loaded once per worker" in done.stderr
