@@ -6,6 +6,8 @@ Contenders, run in one session, alternating, against one loopback mock (``mock_u
 - ``relay``: a bare TCP byte relay in front of the Chat Completions mock (the floor for any proxy);
 - ``gateway-chat``: responses-gateway translating Chat Completions -> Responses;
 - ``gateway-responses``: responses-gateway passing a Responses upstream through;
+- ``gateway-chat-workers``: ``gateway-chat`` as ``serve --workers N`` (``--gateway-workers``, default 2),
+  not pinned: its workers may use every core, the one the load generator and the mock run on included;
 - ``litellm``: LiteLLM proxy's ``/v1/responses`` bridged to the same Chat Completions mock;
 - ``litellm-responses``: LiteLLM's ``/v1/responses`` passing the Responses mock through.
 
@@ -403,7 +405,16 @@ def main() -> int:
     )
     p.add_argument(
         "--contenders",
-        default="direct-chat,direct-responses,relay,gateway-chat,gateway-responses,litellm,litellm-responses",
+        default="direct-chat,direct-responses,relay,gateway-chat,gateway-responses,gateway-chat-workers,"
+        "litellm,litellm-responses",
+    )
+    p.add_argument(
+        "--gateway-workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="serve --workers N for the gateway-chat-workers contender (default 2); the other gateway "
+        "contenders run --workers 1",
     )
     p.add_argument(
         "--gateway-pool-limit",
@@ -520,7 +531,7 @@ def main() -> int:
             )
             exe = Path(PY).parent / "responses-gateway"
             argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
-            argv += ["--no-local", "--log-level", "warning"]
+            argv += ["--no-local", "--log-level", "warning", "--workers", "1"]
             results["gateway_launcher"] = "responses-gateway serve --config"
             if a.gateway_store != "none":
                 results["gateway_launcher"] += f" (store {a.gateway_store})"
@@ -553,6 +564,34 @@ def main() -> int:
                     "baseline": "direct-chat" if n == "gateway-chat" else "direct-responses",
                     "server": gw,
                 }
+        if "gateway-chat-workers" in wanted:
+            port = free_port()
+            cfg = tmp / "gateway-workers.yaml"
+            gateway_config(
+                cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
+            )
+            exe = Path(PY).parent / "responses-gateway"
+            argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
+            argv += ["--no-local", "--log-level", "warning", "--workers", str(a.gateway_workers)]
+            gww = Server(
+                "gateway-workers",
+                argv,
+                f"http://127.0.0.1:{port}/health",
+                None,  # every core: the workers' point
+                tmp,
+                env={
+                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
+                    "RG_DATA_DIR": str(tmp / "gateway-workers-data"),
+                    "RG_STORE_URL": a.gateway_store,
+                },
+            )
+            plan["gateway-chat-workers"] = {
+                "port": port,
+                "route": resp,
+                "model": "bench",
+                "baseline": "direct-chat",
+                "server": gww,
+            }
         ll_wanted = [n for n in ("litellm", "litellm-responses") if n in wanted]
         ll_reason: str | None = None
         if ll_wanted:
@@ -638,7 +677,8 @@ def main() -> int:
         # Idle RSS first, while each proxy is near its start-up footprint: freed memory from a load run
         # stays in the allocator and would hide the cost of the idle streams.
         for name in active:
-            if name.startswith("direct-") or name == "litellm-responses" or name == "gateway-responses":
+            skip = ("litellm-responses", "gateway-responses", "gateway-chat-workers")
+            if name.startswith("direct-") or name in skip:
                 continue
             srv = plan[name]["server"]
             idle_model = "bench-idle"

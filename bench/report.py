@@ -266,6 +266,27 @@ def headline_and_targets(results: dict[str, Any]) -> None:
         idle = con[gw].get("idle") or {}
         kb = idle.get("kb_per_stream")
         target(f"{gw}: <= 50 KB RSS per idle stream: {_f(kb, 1)} KB", None if kb is None else kb <= 50)
+    one, many = con.get("gateway-chat", {}), con.get("gateway-chat-workers", {})
+    if one.get("available") and many.get("available"):
+        for c in concs:
+            a, b = one["runs"].get(str(c)), many["runs"].get(str(c))
+            if a and b:
+                w1, wn = "gateway-chat", "gateway-chat-workers"
+                head.append(
+                    f"workers @ {c}: 1 worker +TTFE p99 {_f(_added(results, w1, c, 'ttfe_p99'))} ms, "
+                    f"transit p99 {_f(_added(results, w1, c, 'transit_p99'))} ms, "
+                    f"ok {a['streams_ok']}/{a['streams_planned']}; N workers "
+                    f"+TTFE p99 {_f(_added(results, wn, c, 'ttfe_p99'))} ms, "
+                    f"transit p99 {_f(_added(results, wn, c, 'transit_p99'))} ms, "
+                    f"ok {b['streams_ok']}/{b['streams_planned']}, "
+                    f"drop {b['dropped']}, ooo {b['out_of_order']}"
+                )
+        ms1, msn = one.get("max_sustained"), many.get("max_sustained")
+        target(
+            f"gateway-chat-workers sustains >= 1.8x the streams one worker sustains: {msn} vs {ms1} "
+            "(levels tried are discrete; capped by the highest level run)",
+            None if not ms1 or msn is None else msn >= 1.8 * ms1,
+        )
     results["headline"] = head
     results["targets"] = targets
 
