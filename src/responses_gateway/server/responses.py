@@ -573,22 +573,43 @@ class ResponsesAPI:
         builder.start(queued=request.background)
         rid = builder.response["id"]
         snapshot = builder.snapshot()
-        try:
-            created = store.responses.create_response(
+        recorder = store.recorder(rid)
+        stop = store.cancel_event(rid)
+        unstored: list[BaseException] = []
+        if request.stream and not request.background and snapshot.get("conversation") is None:
+            # Written behind the first events: the row is written while the stream starts, and
+            # nothing of the response reaches the database before it (docs/store.md, "Write-behind
+            # create"). A create that fails stops the run (server_error) rather than leaving it
+            # unstored.
+            created = store.responses.create_behind(
                 owner, snapshot, request=_stored_request(request.raw), input_items=turn
             )
-            metrics = app.observer.metrics
-            await (created if metrics is None else metrics.timed("create_response", created))
-        except NotFound as exc:  # the conversation was deleted meanwhile
-            raise not_found(exc) from None
-        recorder = store.recorder(rid)
+            recorder.behind(created)
+
+            def check_created(task: asyncio.Task[None]) -> None:
+                error = None if task.cancelled() else task.exception()
+                if error is not None:
+                    log.error("storing response %s failed: %s", rid, type(error).__name__)
+                    unstored.append(error)
+                    stop.set()
+
+            created.add_done_callback(check_created)
+        else:
+            try:
+                creating = store.responses.create_response(
+                    owner, snapshot, request=_stored_request(request.raw), input_items=turn
+                )
+                metrics = app.observer.metrics
+                await (creating if metrics is None else metrics.timed("create_response", creating))
+            except NotFound as exc:  # the conversation was deleted meanwhile
+                raise not_found(exc) from None
         recording = Recording(
             add=recorder.add_nowait,
             commit=recorder.drain
             if app.observer.metrics is None
             else app.observer.metrics.timer("commit_events", recorder.drain),
-            stop=store.cancel_event(rid),
-            cause=partial(self._cause, store, owner, rid),
+            stop=stop,
+            cause=partial(self._cause, store, owner, rid, unstored),
         )
         if request.background:
             recorder.add_nowait(builder.take())
@@ -678,7 +699,9 @@ class ResponsesAPI:
                 raise _bad("Invalid 'encrypted_content'.", param, "invalid_encrypted_content")
             request.input[index] = {**item, "encrypted_content": value}
 
-    async def _cause(self, store: Store, owner: str, rid: str) -> str:
+    async def _cause(self, store: Store, owner: str, rid: str, unstored: list[BaseException]) -> str:
+        if unstored:
+            return "unstored"
         try:
             await store.responses.get_response(owner, rid)
         except ResponseNotFound:

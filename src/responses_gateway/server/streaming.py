@@ -169,6 +169,7 @@ STOPS: dict[str, tuple[str, str, str | None]] = {
     "cancelled": ("response_cancelled", "The response was cancelled.", "cancelled"),
     "deleted": ("response_deleted", "The response was deleted before it finished.", None),
     "shutdown": ("server_error", "The gateway shut down before the response finished.", None),
+    "unstored": ("server_error", "The response could not be stored.", None),
 }
 
 Seal = Callable[[list[JSON]], list[JSON]]

@@ -193,6 +193,11 @@ class Events:
         taken: list[tuple[EventRecorder, list[JSON]]] = []
         dirty, self._dirty = self._dirty, {}
         for recorder in dirty:
+            created = recorder._created
+            if created is not None and not created.done():
+                # Its row is still being written (write-behind create): its events wait for it.
+                self._dirty[recorder] = None
+                continue
             if recorder._lock.locked():
                 # It is writing on its own (its end, or a flush): it takes its pending events itself.
                 if recorder._pending:
@@ -565,6 +570,7 @@ class EventRecorder:
 
     __slots__ = (
         "_closed",
+        "_created",
         "_done",
         "_events",
         "_flushing",
@@ -591,7 +597,18 @@ class EventRecorder:
         self._local = live if isinstance(live, LocalLiveLog) else None
         self._closed = False
         self._done = False
+        self._created: asyncio.Future[None] | None = None
         self.recorded = 0
+
+    def behind(self, created: asyncio.Future[None]) -> None:
+        """The response's row is being written by ``created`` (``Responses.create_behind``): nothing of
+        it reaches the database before that is done. Events are still published live at once."""
+        self._created = created
+
+    async def _wait_created(self) -> None:
+        created = self._created
+        if created is not None and not created.done():
+            await asyncio.wait([created])
 
     @property
     def ended(self) -> bool:
@@ -653,6 +670,7 @@ class EventRecorder:
 
     async def flush(self) -> None:
         """Write what is pending now."""
+        await self._wait_created()
         async with self._lock:
             events, self._pending = self._pending, []
             if events:
@@ -669,6 +687,7 @@ class EventRecorder:
 
     async def _end(self, final: JSON | None, last: list[JSON]) -> None:
         try:
+            await self._wait_created()
             async with self._lock:
                 events, self._pending = self._pending, []
                 # The end is one transaction, so a failed attempt left nothing and is simply retried:

@@ -148,6 +148,8 @@ class Responses:
         # Creates waiting for the next shared transaction (see _write_creates).
         self._creates: list[_Create] = []
         self._creator: asyncio.Task[None] | None = None
+        # Creates written behind the first events (create_behind), by response id, until done.
+        self._behind: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------------------ create
     async def create_response(
@@ -198,6 +200,29 @@ class Responses:
             if entry in self._creates:
                 self._creates.remove(entry)  # not written yet: it never will be
             raise
+
+    def create_behind(
+        self, owner: str, response: JSON, *, request: JSON, input_items: list[JSON]
+    ) -> asyncio.Task[None]:
+        """:meth:`create_response` in a task, so the caller can send its first events while the row
+        is written (the store's added first-event latency under load was this wait). Until it is
+        done, this instance's reads of the response wait for it (:meth:`settled`); its recorder must
+        be told (``EventRecorder.behind``) so no event is written before the row. Another instance
+        asking in that window (a few ms) does not find the response yet."""
+        rid = response["id"]
+        task = asyncio.get_running_loop().create_task(
+            self.create_response(owner, response, request=request, input_items=input_items),
+            name=f"rg-store-create-{rid}",
+        )
+        self._behind[rid] = task
+        task.add_done_callback(lambda _: self._behind.pop(rid, None))
+        return task
+
+    async def settled(self, response_id: str) -> None:
+        """Wait for a create of ``response_id`` still being written here (see :meth:`create_behind`)."""
+        task = self._behind.get(response_id)
+        if task is not None:
+            await asyncio.wait([task])
 
     async def _write_creates(self) -> None:
         """Write the queued creates, all that queued up meanwhile in one transaction.
@@ -252,6 +277,7 @@ class Responses:
     # ------------------------------------------------------------------------------ read, delete
     async def get_response(self, owner: str, response_id: str, include: Iterable[str] = ()) -> JSON:
         """The stored Response object; encrypted reasoning and logprobs only if ``include`` asks."""
+        await self.settled(response_id)
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
                 "SELECT response FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner
@@ -265,6 +291,7 @@ class Responses:
 
     async def delete_response(self, owner: str, response_id: str) -> JSON:
         """Delete a response with its items and events; a running one is also told to stop."""
+        await self.settled(response_id)
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
                 "SELECT status FROM rg_responses WHERE id = ? AND owner = ?" + self.db.for_update,
@@ -282,6 +309,7 @@ class Responses:
 
     async def discard_response(self, response_id: str) -> None:
         """Remove a response that never got an event (its request was refused before it began)."""
+        await self.settled(response_id)
         async with self.db.transaction() as tx:
             await tx.execute("DELETE FROM rg_items WHERE response_id = ?", response_id)
             await tx.execute("DELETE FROM rg_events WHERE response_id = ?", response_id)
@@ -300,6 +328,7 @@ class Responses:
         include: Iterable[str] = (),
     ) -> JSON:
         """``GET /v1/responses/{id}/input_items``: ``{object: "list", data, first_id, last_id, has_more}``."""
+        await self.settled(response_id)
         check_page_args(limit, order)
         async with self.db.transaction() as tx:
             if (
@@ -323,6 +352,7 @@ class Responses:
     # ------------------------------------------------------------------------------ cancellation
     async def cancel_response(self, owner: str, response_id: str, *, wait: float = 5.0) -> JSON:
         """Ask the response to stop (wherever it runs); its snapshot once cancelled or after ``wait`` s."""
+        await self.settled(response_id)
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
                 "SELECT status, response FROM rg_responses WHERE id = ? AND owner = ?" + self.db.for_update,
@@ -371,6 +401,7 @@ class Responses:
         """
         context: list[JSON] = []
         if previous_response_id is not None:
+            await self.settled(previous_response_id)
             context = await self._chain_items(owner, previous_response_id)
         elif conversation_id is not None:
             async with self.db.transaction() as tx:

@@ -201,7 +201,12 @@ class Store:
         Works from any instance: the database holds a prefix of the events, the live log (Redis when
         configured) all of them while running; sequence numbers join the two without gap or repeat.
         """
-        return self.events.stream_events(owner, response_id, starting_after=starting_after)
+        return self._stream_events(owner, response_id, starting_after)
+
+    async def _stream_events(self, owner: str, response_id: str, starting_after: int) -> AsyncIterator[JSON]:
+        await self.responses.settled(response_id)  # a create written behind its first events
+        async for event in self.events.stream_events(owner, response_id, starting_after=starting_after):
+            yield event
 
     async def compact_response(self, response_id: str) -> bool:
         """Store a finished response's text once (store/compaction.py): its events refer into the
