@@ -6,6 +6,8 @@ Contenders, run in one session, alternating, against one loopback mock (``mock_u
 - ``relay``: a bare TCP byte relay in front of the Chat Completions mock (the floor for any proxy);
 - ``gateway-chat``: responses-gateway translating Chat Completions -> Responses;
 - ``gateway-responses``: responses-gateway passing a Responses upstream through;
+- ``gateway-chat-store``: ``gateway-chat`` with the default SQLite store on (``--store-contender-url``),
+  pinned like ``gateway-chat``: what storing adds, side by side;
 - ``gateway-chat-workers``: ``gateway-chat`` as ``serve --workers N`` (``--gateway-workers``, default 2),
   not pinned: its workers may use every core, the one the load generator and the mock run on included;
 - ``litellm``: LiteLLM proxy's ``/v1/responses`` bridged to the same Chat Completions mock;
@@ -409,6 +411,13 @@ def main() -> int:
         "litellm,litellm-responses",
     )
     p.add_argument(
+        "--store-contender-url",
+        default=None,
+        metavar="URL",
+        help="the gateway-chat-store contender's store (default: a SQLite file in the run's temporary "
+        "directory, as serve's default)",
+    )
+    p.add_argument(
         "--gateway-workers",
         type=int,
         default=2,
@@ -564,6 +573,35 @@ def main() -> int:
                     "baseline": "direct-chat" if n == "gateway-chat" else "direct-responses",
                     "server": gw,
                 }
+        if "gateway-chat-store" in wanted:
+            port = free_port()
+            cfg = tmp / "gateway-store.yaml"
+            gateway_config(
+                cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
+            )
+            exe = Path(PY).parent / "responses-gateway"
+            argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
+            argv += ["--no-local", "--log-level", "warning", "--workers", "1"]
+            gws = Server(
+                "gateway-store",
+                argv,
+                f"http://127.0.0.1:{port}/health",
+                proxy_cpus,
+                tmp,
+                env={
+                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
+                    "RG_DATA_DIR": str(tmp / "gateway-store-data"),
+                    "RG_STORE_URL": a.store_contender_url
+                    or f"sqlite://{tmp / 'gateway-store-data' / 'gw.db'}",
+                },
+            )
+            plan["gateway-chat-store"] = {
+                "port": port,
+                "route": resp,
+                "model": "bench",
+                "baseline": "direct-chat",
+                "server": gws,
+            }
         if "gateway-chat-workers" in wanted:
             port = free_port()
             cfg = tmp / "gateway-workers.yaml"

@@ -5,12 +5,16 @@ create"), through a real gateway on SQLite:
   response (this instance waits for the row being written), and what was stored equals what was sent;
 - a create the database refuses (a trigger in the SQLite file) ends the stream already started with
   ``error`` + ``response.failed`` (``server_error``, "could not be stored"), the stream passes the
-  checker, nothing half-stored is left, and other responses are unaffected.
+  checker, nothing half-stored is left, and other responses are unaffected;
+- while another process holds the SQLite write lock for a second, a stream's first event still comes
+  at once (it used to wait for the lock), and everything is stored once the lock is free.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,3 +110,36 @@ def test_a_create_the_database_refuses_ends_the_started_stream(gateway: tuple[Ga
         assert conn.execute("SELECT COUNT(*) FROM rg_events WHERE response_id = ?", (rid,)).fetchone() == (0,)
     check_stream(fine)
     assert fine[-1]["type"] == "response.completed"
+
+
+def test_the_first_event_does_not_wait_for_a_busy_database(gateway: tuple[Gateway, Path]) -> None:
+    """Another process holds the SQLite write lock for a second (as a long transaction in flight
+    would): the stream still starts at once and runs live; its row and events are written once the
+    lock is free, and read back whole."""
+    gw, db = gateway
+    hold = 1.0
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    conn.execute("BEGIN IMMEDIATE")
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+
+    def on_created(_rid: str) -> None:
+        timings["created"] = time.monotonic() - started
+
+    releaser = threading.Timer(hold, lambda: conn.execute("COMMIT"))
+    releaser.start()
+    try:
+        events = _stream(gw, "while the database is busy", on_created)
+    finally:
+        releaser.join()
+        conn.close()
+    # Before the write-behind create the first event waited for the lock: at least `hold` seconds.
+    assert timings["created"] < hold / 2, timings
+    check_stream(events)
+    assert events[-1]["type"] == "response.completed"
+    rid = events[0]["response"]["id"]
+    with httpx.Client(timeout=30) as http:
+        assert http.get(gw.url(f"/v1/responses/{rid}")).json()["status"] == "completed"
+        assert (
+            decode_sse(http.get(gw.url(f"/v1/responses/{rid}"), params={"stream": "true"}).content) == events
+        )
