@@ -10,7 +10,7 @@ One gateway (``responses-gateway serve --workers 2 --worker-port-base P``) as a 
 - a conversation whose turns alternate between the workers: each sees the other's items;
 - the shared port spreads connections over both workers, a killed worker is replaced, SIGHUP
   replaces both without refusing a request, SIGTERM stops everything;
-- ``--workers 2`` with the embedded model is refused (it would be loaded twice).
+- ``--workers 2`` with an embedded model is refused (it would be loaded twice).
 """
 
 from __future__ import annotations
@@ -202,14 +202,19 @@ def test_supervision_restart_reload_and_stop(tmp_path: Path) -> None:
         deadline = time.monotonic() + 20
         while len(before := _children(served.proc.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(before) == 2
+        assert len(before) == 2, (before, served.proc.poll(), served.log.read_text(errors="replace"))
         # A worker that dies is replaced.
         os.kill(before[0], signal.SIGKILL)
         while (
             len(after := _children(served.proc.pid)) < 2 or before[0] in after
         ) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(after) == 2 and before[0] not in after and before[1] in after
+        assert len(after) == 2 and before[0] not in after and before[1] in after, (
+            before,
+            after,
+            served.proc.poll(),
+            served.log.read_text(errors="replace"),
+        )
         # SIGHUP: both replaced one by one; requests keep being answered meanwhile.
         served.proc.send_signal(signal.SIGHUP)
         answered = 0
@@ -230,15 +235,16 @@ def test_supervision_restart_reload_and_stop(tmp_path: Path) -> None:
         assert not Path(f"/proc/{pid}").exists()
 
 
-def test_workers_with_the_embedded_model_are_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("models_file", [False, True])
+def test_workers_with_an_embedded_model_are_refused(tmp_path: Path, models_file: bool) -> None:
+    """The default gemma-3-270m, or a models file's ``provider: local`` model under another name."""
     gateway = Path(sys.executable).parent / "responses-gateway"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
-    done = subprocess.run(
-        [str(gateway), "serve", "--workers", "2", "--port", str(_port_pair()), "--data-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    args = ["serve", "--workers", "2", "--port", str(_port_pair()), "--data-dir", str(tmp_path)]
+    if models_file:
+        config = tmp_path / "models.yaml"
+        config.write_text("local: false\nmodels:\n  - name: tiny\n    provider: local\n")
+        args += ["--config", str(config)]
+    done = subprocess.run([str(gateway), *args], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2
     assert "--workers 2" in done.stderr and "loaded once per worker" in done.stderr

@@ -356,6 +356,18 @@ def build_registry(args: argparse.Namespace, models: GatewayConfig | None = None
     return registry
 
 
+def _serves_embedded_model(args: argparse.Namespace) -> bool:
+    """Whether ``serve`` would load an embedded (llama.cpp) model: the default one, or a models file's
+    ``provider: local`` entry."""
+    if not args.no_local and LOCAL_MODEL in build_registry(args).names():
+        return True
+    if args.config:
+        from ..config import load_config
+
+        return any(model.provider == "local" for model in load_config(args.config).models)
+    return False
+
+
 def build_app(args: argparse.Namespace, *, siblings_dir: str | None = None) -> GatewayApp:
     """The ASGI app for parsed ``serve`` options (``siblings_dir``: see ``ServerConfig``)."""
     store_url, redis_url, data_dir = store_settings(args)
@@ -437,11 +449,11 @@ def serve(args: argparse.Namespace) -> int:
     try:
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"--workers must be at least 1, not {args.workers}")
-        local = not args.no_local and LOCAL_MODEL in build_registry(args).names()
+        local = _serves_embedded_model(args)
         workers = args.workers or (1 if local else default_workers())
         if workers > 1 and local:
             raise ValueError(
-                f"--workers {workers}: the embedded model {LOCAL_MODEL} would be loaded once per worker "
+                f"--workers {workers}: the embedded model would be loaded once per worker "
                 "(sharing one model process between workers is not done yet); use --workers 1, or "
                 "--no-local for the other models"
             )
