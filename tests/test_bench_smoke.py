@@ -21,7 +21,8 @@ def test_gateway_overhead_smoke(tmp_path: Path) -> None:
             sys.executable,
             str(ROOT / "bench" / "gateway_overhead.py"),
             "--contenders",
-            "direct-chat,direct-responses,relay,gateway-chat,gateway-responses",
+            "direct-chat,direct-responses,relay,gateway-chat,gateway-responses,gateway-chat-workers,"
+            "gateway-chat-store",
             "--concurrency",
             "1,2",
             "--deltas",
@@ -49,7 +50,8 @@ def test_gateway_overhead_smoke(tmp_path: Path) -> None:
     assert {"command", "conditions", "mock", "contenders", "targets", "loadgen_check"} <= result.keys()
     assert result["mock"]["deltas"] == 6
     contenders = result["contenders"]
-    for name in ("direct-chat", "direct-responses", "relay", "gateway-chat", "gateway-responses"):
+    names = ("direct-chat", "direct-responses", "relay", "gateway-chat", "gateway-responses")
+    for name in (*names, "gateway-chat-workers", "gateway-chat-store"):
         assert contenders[name]["available"], contenders[name]
     assert result["gateway_launcher"] == "responses-gateway serve --config"
     for name, info in contenders.items():
