@@ -248,3 +248,17 @@ def test_workers_with_an_embedded_model_are_refused(tmp_path: Path, models_file:
     done = subprocess.run([str(gateway), *args], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2
     assert "--workers 2" in done.stderr and "loaded once per worker" in done.stderr
+
+
+def test_workers_that_cannot_start_stop_the_gateway(tmp_path: Path) -> None:
+    """Every worker fails its start-up (the store cannot be created): the parent gives up after three
+    in a row, exits non-zero and leaves no worker behind, instead of restarting them for ever."""
+    gateway = Path(sys.executable).parent / "responses-gateway"
+    script = tmp_path / "quick.yaml"
+    script.write_text("model: quick\nsteps: [{message: [ok]}]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
+    args = ["serve", "--no-local", "--script", str(script), "--workers", "2", "--port", str(_port_pair())]
+    args += ["--data-dir", str(tmp_path), "--store", "sqlite:///proc/no-such-place/gateway.db"]
+    done = subprocess.run([str(gateway), *args], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "workers keep failing at start-up" in done.stderr

@@ -91,19 +91,19 @@ class Supervisor:
         try:
             for index in range(self.count):
                 self._spawn(index)
-            if not self._wait_ready(list(self.workers.values())):
-                self._stop_all()
-                return 1
-            log.info("%d workers serving (pids %s)", self.count, " ".join(str(p) for p in self.workers))
             return self._supervise()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
 
     def _supervise(self) -> int:
         failures = 0
+        announced = False
         while True:
-            info = signal.sigtimedwait(_SIGNALS, 1.0)
+            info = signal.sigtimedwait(_SIGNALS, 0.2 if not announced else 1.0)
             self._poll_ready()
+            if not announced and all(w.ready for w in self.workers.values()):
+                announced = True
+                log.info("%d workers serving (pids %s)", self.count, " ".join(str(p) for p in self.workers))
             if info is None:
                 continue
             if info.si_signo in (signal.SIGTERM, signal.SIGINT):
@@ -116,10 +116,16 @@ class Supervisor:
             for worker, status in self._reap():
                 if worker.retiring:
                     continue
+                # One that exits before it was ready, soon after it started, failed to start (a worker
+                # killed then is counted too; three such in a row and the gateway gives up).
                 quick = not worker.ready and time.monotonic() - worker.started < _QUICK_EXIT
                 failures = failures + 1 if quick else 0
                 log.warning(
-                    "worker %d (pid %d) exited (%s); starting another", worker.index, worker.pid, status
+                    "worker %d (pid %d) exited (%s)%s; starting another",
+                    worker.index,
+                    worker.pid,
+                    status,
+                    "" if worker.ready else " before it was ready",
                 )
                 if failures >= 3:
                     log.error("workers keep failing at start-up; stopping")

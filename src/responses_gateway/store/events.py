@@ -210,6 +210,7 @@ class Events:
             batches = [(r.response_id, events) for r, events in taken if events]
             if batches:
                 await self._write_batches(batches)
+                self.live.flushed()
         except BaseException:
             for recorder, events in taken:
                 recorder._pending[:0] = events
@@ -679,6 +680,7 @@ class EventRecorder:
                 except BaseException:
                     self._pending[:0] = events  # kept for the next write (or the end)
                     raise
+                self._events.live.flushed()
 
     async def finish(self, response: JSON) -> None:
         """End with ``response`` as the final snapshot (status cancelled, or any terminal status)."""

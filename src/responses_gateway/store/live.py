@@ -53,6 +53,10 @@ class LiveLog(ABC):
     @abstractmethod
     async def open(self, on_cancel: CancelHandler) -> None: ...
 
+    def flushed(self) -> None:
+        """Events were just written to the database: followers reading it elsewhere may look now."""
+        return None
+
     @abstractmethod
     async def close(self) -> None: ...
 
@@ -83,6 +87,10 @@ class LocalLiveLog(LiveLog):
 
     async def publish(self, response_id: str, events: list[JSON]) -> None:
         self.publish_nowait(response_id, events)
+
+    def running_here(self, response_id: str) -> bool:
+        """Whether this process holds a live log for ``response_id``."""
+        return response_id in self._channels
 
     def publish_nowait(self, response_id: str, events: list[JSON]) -> None:
         """:meth:`publish` without a coroutine (the recorder's hot path)."""
@@ -142,10 +150,12 @@ class LocalLiveLog(LiveLog):
 class SiblingLiveLog(LocalLiveLog):
     """:class:`LocalLiveLog` for one worker of several on one machine (``serve --workers N``).
 
-    Each worker binds ``<directory>/<pid>.sock`` (a Unix datagram socket); a cancel is sent to every
-    other socket there, so the sibling running the response stops it at once (the heartbeat's
-    ``cancel_requested`` sweep stays the fallback). Events are not sent: a follower of a sibling's
-    response reads the database, which ``LocalLiveLog.read`` falls back to every 0.1 s.
+    Each worker binds ``<directory>/<pid>.sock`` (a Unix datagram socket) and sends to every other
+    socket there: a cancel (``c:<id>``), so the sibling running the response stops it at once (the
+    heartbeat's ``cancel_requested`` sweep stays the fallback); and a wake-up (``f``) after each write
+    of events to the database and at each response's end, so a follower of a sibling's response, which
+    reads the database, looks at once instead of at its next 0.1 s poll. Events themselves are not
+    sent: the database is the one copy shared between workers.
     """
 
     def __init__(self, directory: str | Path, retain_after_end: float = 30.0) -> None:
@@ -153,6 +163,8 @@ class SiblingLiveLog(LocalLiveLog):
         self.directory = Path(directory)
         self._path = self.directory / f"{os.getpid()}.sock"
         self._sock: socket.socket | None = None
+        # Set (and replaced) when a sibling wrote events; followers of siblings' responses wait on it.
+        self._wake: asyncio.Event | None = None
 
     async def open(self, on_cancel: CancelHandler) -> None:
         await super().open(on_cancel)
@@ -173,19 +185,42 @@ class SiblingLiveLog(LocalLiveLog):
                 return
             if data.startswith(b"c:"):
                 self._on_cancel(data[2:].decode(errors="replace"))
+            elif data == b"f" and self._wake is not None:
+                self._wake.set()
+                self._wake = None
 
-    async def broadcast_cancel(self, response_id: str) -> None:
-        self._on_cancel(response_id)
+    def _send(self, message: bytes) -> None:
         sock = self._sock
         if sock is None:
             return
-        message = b"c:" + response_id.encode()
         for path in self.directory.glob("*.sock"):
             if path != self._path:
-                # A sibling gone (its socket file not yet removed) or backed up: the heartbeat's sweep
-                # still delivers the cancel.
+                # A sibling gone (its socket file not yet removed) or backed up: a cancel still
+                # arrives through the heartbeat's sweep, a follower through its poll.
                 with contextlib.suppress(OSError):
                     sock.sendto(message, str(path))
+
+    async def broadcast_cancel(self, response_id: str) -> None:
+        self._on_cancel(response_id)
+        self._send(b"c:" + response_id.encode())
+
+    def flushed(self) -> None:
+        self._send(b"f")
+
+    async def end(self, response_id: str) -> None:
+        await super().end(response_id)
+        self._send(b"f")
+
+    async def read(self, response_id: str, after: int, timeout: float) -> tuple[list[JSON], bool]:
+        if self.running_here(response_id):
+            return await super().read(response_id, after, timeout)
+        # A sibling's (or a finished) response: the caller reads the database after this wait.
+        waiter = self._wake
+        if waiter is None:
+            waiter = self._wake = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter.wait(), min(timeout, 0.1))
+        return [], False
 
     async def close(self) -> None:
         sock, self._sock = self._sock, None
