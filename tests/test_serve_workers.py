@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -196,8 +197,15 @@ def _children(pid: int) -> list[int]:
 def test_supervision_restart_reload_and_stop(tmp_path: Path) -> None:
     script = tmp_path / "quick.yaml"
     script.write_text("model: quick\nsteps: [{message: [ok]}]\n")
+    # The socket directory a SIGKILLed gateway left behind (its pid no longer runs) is cleaned up.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = Path(tempfile.gettempdir()) / f"rg-workers-{gone.pid}-test"
+    stale.mkdir()
+    (stale / "123.sock").touch()
     served = serve(tmp_path, "--no-local", "--script", str(script), "--workers", "2")
     try:
+        assert not stale.exists()
         url = f"{served.base_url}/responses"
         deadline = time.monotonic() + 20
         while len(before := _children(served.proc.pid)) < 2 and time.monotonic() < deadline:

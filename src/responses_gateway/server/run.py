@@ -13,6 +13,7 @@ import socket
 import sys
 import tempfile
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -51,6 +52,8 @@ REDIS_ENV = "RG_REDIS_URL"
 NO_STORE = ("none", "off")
 # With --workers N > 1, every response names the worker process (its pid) that answered it.
 WORKER_HEADER = "x-gateway-worker"
+# The workers' socket directory (store/live.py's SiblingLiveLog): <tmp>/rg-workers-<parent pid>-<random>.
+SIBLINGS_PREFIX = "rg-workers-"
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -356,6 +359,22 @@ def build_registry(args: argparse.Namespace, models: GatewayConfig | None = None
     return registry
 
 
+def _remove_stale_sibling_dirs() -> None:
+    """Remove the workers' socket directories a killed gateway left behind (its pid is gone)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{SIBLINGS_PREFIX}*-*"):
+        pid = path.name[len(SIBLINGS_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            if path.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _serves_embedded_model(args: argparse.Namespace) -> bool:
     """Whether ``serve`` would load an embedded (llama.cpp) model: the default one, or a models file's
     ``provider: local`` entry."""
@@ -458,7 +477,8 @@ def serve(args: argparse.Namespace) -> int:
                 "--no-local for the other models"
             )
         if workers > 1:
-            siblings_dir = tempfile.mkdtemp(prefix="rg-workers-")
+            _remove_stale_sibling_dirs()
+            siblings_dir = tempfile.mkdtemp(prefix=f"{SIBLINGS_PREFIX}{os.getpid()}-")
         protocol = GatewayHttpProtocol.configured(
             head_timeout=args.head_timeout,
             body_timeout=args.body_timeout,
