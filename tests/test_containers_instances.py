@@ -1,10 +1,11 @@
-"""Containers across gateway instances that share one store (SQLite file, or PostgreSQL).
+"""Hosted tools' state across gateway instances that share one store (SQLite file, or PostgreSQL).
 
 Two gateways A and B (each its own data directory, so nothing is shared but the store) serve the same
 scripted model. A container made or used on A is reached from B: B restores its files from the store
 and holds it from then on; the model is told its variables did not move; A, asked again, takes it back
 with B's files. A delete on one instance is a 404 on the other, never a silent fresh container. What a
-call told the model reaches a later turn on the other instance.
+call told the model (code_interpreter's logs, file_search's passages) reaches a later turn on the
+other instance.
 """
 
 from __future__ import annotations
@@ -55,6 +56,20 @@ SCRIPT: JSON = {
 }
 
 
+# A file_search call, then an answer.
+SEARCHER: JSON = {
+    "turns": [
+        {"when": {"text_contains": "again"}, "steps": [{"message": ["As notes.txt says."]}]},
+        {"when": {"input_has": "function_call_output"}, "steps": [{"message": ["Found it."]}]},
+        {
+            "steps": [
+                {"function_call": {"name": "file_search", "arguments": [json.dumps({"queries": ["otters"]})]}}
+            ]
+        },
+    ]
+}
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JSON]:
     root = tmp_path_factory.mktemp(f"instances-{request.param}")
@@ -64,16 +79,18 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         require("postgres")
         url = fresh_pg_database("rg_containers_instances")
     providers = [ScriptedProvider(SCRIPT, name="nb"), ScriptedProvider(SCRIPT, name="nb")]
+    searchers = [ScriptedProvider(SEARCHER, name="fs"), ScriptedProvider(SEARCHER, name="fs")]
     gateways: list[Gateway] = []
     try:
-        for name, provider in zip("ab", providers, strict=True):
+        for name, provider, searcher in zip("ab", providers, searchers, strict=True):
             data = root / name
             data.mkdir()
-            gateways.append(start_gateway([provider], store_url=url, data_dir=str(data)))
+            gateways.append(start_gateway([provider, searcher], store_url=url, data_dir=str(data)))
         yield {
             "a": openai.OpenAI(base_url=gateways[0].base_url, api_key="k", max_retries=0),
             "b": openai.OpenAI(base_url=gateways[1].base_url, api_key="k", max_retries=0),
             "providers": providers,
+            "searchers": searchers,
             "dirs": (root / "a" / "containers", root / "b" / "containers"),
         }
     finally:
@@ -146,3 +163,21 @@ def test_a_container_deleted_on_one_instance_is_gone_on_the_other(pair: JSON, tm
             model="nb", input="first", tools=[{"type": "code_interpreter", "container": container.id}]
         )
     assert "No container found" in str(refused.value)
+
+
+def test_file_search_passages_and_citations_reach_the_other_instance(pair: JSON) -> None:
+    a, b = pair["a"], pair["b"]
+    uploaded = a.files.create(
+        file=("notes.txt", b"Otters hold hands while they sleep."), purpose="assistants"
+    )
+    store = a.vector_stores.create(name="notes")
+    attached = a.vector_stores.files.create_and_poll(vector_store_id=store.id, file_id=uploaded.id)
+    assert attached.status == "completed", attached.last_error
+    tool: Any = {"type": "file_search", "vector_store_ids": [store.id]}
+    first = a.responses.create(model="fs", input="What do otters do?", tools=[tool])
+    assert first.output[0].type == "file_search_call" and first.output[0].results is None
+    told = [i for i in pair["searchers"][0].requests[-1].input if i["type"] == "function_call_output"]
+    # Continued on B (the results were not included on the item): the model reads the same passages.
+    b.responses.create(model="fs", input="Say it again.", previous_response_id=first.id)
+    seen = [i for i in pair["searchers"][1].requests[-1].input if i["type"] == "function_call_output"]
+    assert seen == told and "Otters hold hands" in seen[0]["output"]

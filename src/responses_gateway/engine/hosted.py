@@ -21,6 +21,7 @@ from typing import Any
 
 from ..protocol.builder import HostedCall, HostedSpec, Item, StreamBuilder
 from ..protocol.request import RequestError, ResponseRequest
+from .results import ResultLog
 
 __all__ = ["HostedTool", "HostedUse", "Phase", "Plan", "RunContext", "plan_hosted"]
 
@@ -111,6 +112,8 @@ class HostedTool(ABC):
     several = False
     # Unavailable by the operator's choice (nothing configured), not by a fault: not warned about.
     optional = False
+    # What this tool's calls told the model, for later turns on any instance (engine/results.py).
+    results: ResultLog | None = None
 
     def item_kinds(self) -> tuple[str, ...]:
         return self.kinds or (self.kind,)
@@ -140,9 +143,11 @@ class HostedTool(ABC):
     async def use(self, config: JSON, *, param: str, history: list[JSON], ctx: RunContext) -> HostedUse:
         """This request's use of the tool; raise RequestError (naming ``param``) for a bad config."""
 
-    async def recall(self, items: list[JSON], owner: str | None) -> None:  # noqa: B027 - optional hook
+    async def recall(self, items: list[JSON], owner: str | None) -> None:
         """Fetch what :meth:`history` will need for these items of this tool's kind (results kept by
-        another instance, say) before it is called."""
+        another instance, or before a restart) before it is called."""
+        if self.results is not None:
+            await self.results.recall(owner, [i["id"] for i in items if isinstance(i.get("id"), str)])
 
     @abstractmethod
     def history(self, item: JSON, owner: str | None, items: list[JSON]) -> tuple[JSON, JSON] | None:

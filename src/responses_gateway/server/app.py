@@ -209,8 +209,12 @@ class GatewayApp:
                             retention=self.config.store_retention,
                             max_response_bytes=self.config.store_max_response_bytes,
                         )
-                        # Containers are shared with the other instances through the store.
+                        # Containers, and what hosted calls told the model, are shared with the
+                        # other instances through the store.
                         self.containers.catalog = self.store.containers
+                        for tool in self.hosted_tools.values():
+                            if tool.results is not None:
+                                tool.results.catalog = self.store.tool_results
                     await self.vector_stores.start()
                     if self._preload:
                         await self.registry.preload()
@@ -227,6 +231,10 @@ class GatewayApp:
                 # for another instance to restore.
                 await self.containers.aclose()
                 self.containers.catalog = None
+                for tool in self.hosted_tools.values():
+                    if tool.results is not None:
+                        await tool.results.aclose()
+                        tool.results.catalog = None
                 if self.store is not None:
                     store, self.store = self.store, None
                     await store.close()

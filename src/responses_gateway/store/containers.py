@@ -1,17 +1,15 @@
-"""Containers shared by the gateway's instances (``rg_containers``, ``rg_container_files``,
-``rg_tool_results``).
+"""Containers shared by the gateway's instances (``rg_containers``, ``rg_container_files``).
 
-A container's kernel (its Python variables) lives in one gateway process, its *holder*; the record, the
-files' bytes and what each code_interpreter call told the model live here, so that another instance
-given a request for the container restores its files and takes it over (engine/tools/containers.py,
-docs/hosted-tools.md). This module is the engine's ``Catalog`` over the store.
+A container's kernel (its Python variables) lives in one gateway process, its *holder*; its record and
+its files' bytes live here, so that another instance given a request for the container restores its
+files and takes it over (engine/tools/containers.py, docs/hosted-tools.md). What each call told the
+model is in store/tool_results.py. This module is the engine's ``Catalog`` over the store.
 
 Reads that take ``owner`` filter by it: another owner's container is simply not found.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from .db import Database
@@ -20,9 +18,6 @@ from .rows import JSON
 __all__ = ["Containers"]
 
 _COLUMNS = "id, name, created_at, last_active_at, idle_minutes, holder"
-# What the model was told of a call is kept this long (seconds) after the call.
-RESULT_SECONDS = 30 * 24 * 3600
-_PRUNE_EVERY = 1000
 
 
 def _record(row: tuple[Any, ...]) -> JSON:
@@ -37,12 +32,11 @@ def _record(row: tuple[Any, ...]) -> JSON:
 
 
 class Containers:
-    """The containers' records, files and call results, written by the instance ``instance_id``."""
+    """The containers' records and files, written by the instance ``instance_id``."""
 
     def __init__(self, db: Database, instance_id: str) -> None:
         self.db = db
         self.instance_id = instance_id
-        self._results_written = 0
 
     # ------------------------------------------------------------------ records
     async def put(
@@ -136,33 +130,3 @@ class Containers:
             {"id": r[0], "path": r[1], "source": r[2], "created_at": int(r[3]), "data": bytes(r[4])}
             for r in rows
         ]
-
-    # ------------------------------------------------------------------ call results
-    async def put_result(self, owner: str | None, item_id: str, call_id: str, text: str) -> None:
-        """What the model was told of call ``item_id``; results older than 30 days are pruned."""
-        now = int(time.time())
-        self._results_written += 1
-        async with self.db.transaction() as tx:
-            await tx.execute(
-                "DELETE FROM rg_tool_results WHERE owner = ? AND item_id = ?", owner or "", item_id
-            )
-            await tx.execute(
-                "INSERT INTO rg_tool_results (owner, item_id, call_id, result, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                owner or "",
-                item_id,
-                call_id,
-                text,
-                now,
-            )
-            if self._results_written % _PRUNE_EVERY == 1:
-                await tx.execute("DELETE FROM rg_tool_results WHERE created_at < ?", now - RESULT_SECONDS)
-
-    async def result(self, owner: str | None, item_id: str) -> tuple[str, str] | None:
-        async with self.db.transaction() as tx:
-            row = await tx.fetchone(
-                "SELECT call_id, result FROM rg_tool_results WHERE owner = ? AND item_id = ?",
-                owner or "",
-                item_id,
-            )
-        return None if row is None else (str(row[0]), str(row[1]))

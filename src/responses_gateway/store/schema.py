@@ -123,6 +123,7 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
                 item_id TEXT NOT NULL,
                 call_id TEXT NOT NULL,
                 result TEXT NOT NULL,
+                extra TEXT,
                 created_at BIGINT NOT NULL,
                 PRIMARY KEY (owner, item_id)
             )""",

@@ -12,7 +12,8 @@ housekeeping, retention, close):
   given;
 - ``store.conversations`` (store/conversations.py): conversations and their items;
 - ``store.files`` (store/files.py) and ``store.containers`` (store/containers.py): uploaded files'
-  metadata; containers shared by instances (records, files, call results);
+  metadata; containers shared by instances (records, files);
+- ``store.tool_results`` (store/tool_results.py): what each hosted call told the model;
 - ``store.events`` (store/events.py): the event writer behind :class:`EventRecorder`, the reader
   behind :meth:`Store.stream_events`, compaction.
 
@@ -40,6 +41,7 @@ from .references import resolve_item_references
 from .responses import CancelSignals, Responses
 from .rows import JSON, RUNNING, TERMINAL, TERMINAL_EVENTS
 from .schema import migrate
+from .tool_results import ToolResults
 
 __all__ = ["RUNNING", "TERMINAL", "TERMINAL_EVENTS", "EventRecorder", "Store"]
 
@@ -95,6 +97,7 @@ class Store:
         self.conversations = Conversations(db)
         self.files = Files(db)
         self.containers = Containers(db, self.lease.instance_id)
+        self.tool_results = ToolResults(db)
         self.history = History(db)
 
     # ------------------------------------------------------------------------------ settings

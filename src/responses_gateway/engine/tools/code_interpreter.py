@@ -30,6 +30,7 @@ from ...protocol.json_field import clean_text
 from ...protocol.request import RequestError
 from ...sandbox import SandboxError
 from ..hosted import HostedTool, HostedUse, RunContext
+from ..results import Kept, ResultLog
 from .containers import MOVED_NOTE, Container, ContainerPool, check_path
 
 __all__ = ["OUTPUTS_INCLUDE", "CodeInterpreter"]
@@ -59,12 +60,14 @@ DESCRIPTION = (
 
 
 class CodeInterpreter(HostedTool):
+    results: ResultLog
     type = "code_interpreter"
     kind = "code_interpreter_call"
     function_name = FUNCTION_NAME
 
     def __init__(self, pool: ContainerPool) -> None:
         self.pool = pool
+        self.results = ResultLog()
 
     def unavailable(self) -> str | None:
         return self.pool.unavailable()
@@ -135,9 +138,6 @@ class CodeInterpreter(HostedTool):
             ) from None
         return use
 
-    async def recall(self, items: list[JSON], owner: str | None) -> None:
-        await self.pool.recall(owner, [i["id"] for i in items if isinstance(i.get("id"), str)])
-
     def history(self, item: JSON, owner: str | None, items: list[JSON]) -> tuple[JSON, JSON] | None:
         item_id = item.get("id")
         code = item.get("code")
@@ -145,8 +145,8 @@ class CodeInterpreter(HostedTool):
             raise RequestError("A code_interpreter_call item needs its 'id'.", param=".id")
         if code is not None and not isinstance(code, str):
             raise RequestError("'code' must be a string.", param=".code")
-        kept = self.pool.result(owner, item_id)
-        call_id, result = kept if kept is not None else (item_id, None)
+        kept = self.results.get(owner, item_id)
+        call_id, result = (kept.call_id, kept.text) if kept is not None else (item_id, None)
         if result is None:
             outputs = item.get("outputs")
             result = _model_text_from_outputs(outputs) if isinstance(outputs, list) and outputs else None
@@ -200,13 +200,13 @@ class _Use(HostedUse):
         return out
 
     def skip(self, call: HostedCall, item: Item, builder: StreamBuilder, why: str) -> None:
-        self.tool.pool.keep_result_soon(self._owner, item.id, call.call_id, why)
+        self.tool.results.keep_soon(self._owner, item.id, Kept(call.call_id, why))
         builder.close_tool_call(item, status="incomplete")
 
     async def run(
         self, call: HostedCall, item: Item, builder: StreamBuilder, ctx: RunContext
     ) -> AsyncIterator[None]:
-        pool = self.tool.pool
+        pool, results = self.tool.pool, self.tool.results
         builder.tool_progress(item, "interpreting")
         yield
         try:
@@ -215,7 +215,7 @@ class _Use(HostedUse):
             code = None
         if not isinstance(code, str) or not code.strip():
             text = 'Error: the call must give Python code as {"code": "..."}.'
-            await pool.keep_result(ctx.owner, item.id, call.call_id, text)
+            await results.keep(ctx.owner, item.id, Kept(call.call_id, text))
             builder.close_tool_call(item, status="failed", outputs=None)
             yield
             return
@@ -231,9 +231,8 @@ class _Use(HostedUse):
             pool.touch(container)
         if result is None:
             log.warning("container %s: the sandbox failed: %s", container.id, failure)
-            await pool.keep_result(
-                ctx.owner, item.id, call.call_id, f"Error: the sandbox failed ({failure})."
-            )
+            failed = f"Error: the sandbox failed ({failure})."
+            await results.keep(ctx.owner, item.id, Kept(call.call_id, failed))
             builder.close_tool_call(item, status="failed", outputs=None)
             yield
             return
@@ -253,7 +252,7 @@ class _Use(HostedUse):
             container.moved = False
             text = f"{MOVED_NOTE}\n{text}"
         await pool.sync(container)
-        await pool.keep_result(ctx.owner, item.id, call.call_id, text)
+        await results.keep(ctx.owner, item.id, Kept(call.call_id, text))
         shown = outputs if OUTPUTS_INCLUDE in ctx.include else None
         builder.close_tool_call(item, status="completed", outputs=shown)
         yield

@@ -23,7 +23,6 @@ import secrets
 import shutil
 import stat
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +49,6 @@ JSON = dict[str, Any]
 
 log = logging.getLogger("responses_gateway.tools")
 
-# The model-facing result of a call, kept for the next turns' history whatever ``include`` asked for.
-_RESULTS_KEPT = 10_000
 # Live containers per owner and in all; past either, the least recently used idle one is expired.
 MAX_PER_OWNER = 16
 MAX_CONTAINERS = 256
@@ -100,10 +97,6 @@ class Catalog(Protocol):
     async def delete_file(self, cid: str, fid: str) -> None: ...
 
     async def files(self, cid: str) -> list[JSON]: ...
-
-    async def put_result(self, owner: str | None, item_id: str, call_id: str, text: str) -> None: ...
-
-    async def result(self, owner: str | None, item_id: str) -> tuple[str, str] | None: ...
 
 
 def describe_record(record: JSON) -> JSON:
@@ -217,7 +210,6 @@ class ContainerPool:
         self.python = python
         self.catalog: Catalog | None = None
         self._containers: dict[str, Container] = {}
-        self._results: OrderedDict[tuple[str | None, str], tuple[str, str]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._why: str | None = None
@@ -479,41 +471,6 @@ class ContainerPool:
         task = asyncio.get_running_loop().create_task(_logged(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # ------------------------------------------------------------------ results for history
-    async def keep_result(self, owner: str | None, item_id: str, call_id: str, text: str) -> None:
-        """What the model is told of call ``item_id`` (the model's own ``call_id`` with it), for the
-        history of later turns and responses (on any instance), whatever the client's ``include`` kept
-        on the item."""
-        self._remember(owner, item_id, (call_id, text))
-        if self.catalog is not None:
-            await self.catalog.put_result(owner, item_id, call_id, text)
-
-    def keep_result_soon(self, owner: str | None, item_id: str, call_id: str, text: str) -> None:
-        """:meth:`keep_result` from code that cannot wait (the catalog is written in the background)."""
-        self._remember(owner, item_id, (call_id, text))
-        if self.catalog is not None:
-            self._later(self.catalog.put_result(owner, item_id, call_id, text))
-
-    def _remember(self, owner: str | None, item_id: str, kept: tuple[str, str]) -> None:
-        self._results[(owner, item_id)] = kept
-        while len(self._results) > _RESULTS_KEPT:
-            self._results.popitem(last=False)
-
-    async def recall(self, owner: str | None, item_ids: list[str]) -> None:
-        """Fetch from the catalog the results of these calls this process does not know (made on
-        another instance, or before a restart), so :meth:`result` has them."""
-        if self.catalog is None:
-            return
-        for item_id in item_ids:
-            if (owner, item_id) not in self._results:
-                kept = await self.catalog.result(owner, item_id)
-                if kept is not None:
-                    self._remember(owner, item_id, kept)
-
-    def result(self, owner: str | None, item_id: str) -> tuple[str, str] | None:
-        """(call_id, text) of a call made for ``owner``; None if unknown (another owner's, forgotten)."""
-        return self._results.get((owner, item_id))
 
     async def aclose(self) -> None:
         if self._sweeper is not None:

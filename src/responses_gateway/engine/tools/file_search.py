@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from ...protocol.builder import HostedCall, HostedSpec, Item, StreamBuilder
 from ...protocol.request import RequestError
 from ..hosted import HostedTool, HostedUse, RunContext
+from ..results import Kept, ResultLog
 
 __all__ = ["RESULTS_INCLUDE", "FileSearch", "Searcher"]
 
@@ -46,7 +46,6 @@ DEFAULT_NUM_RESULTS = 10
 MAX_QUERIES = 5  # per call
 MAX_QUERY_CHARS = 1000
 _MODEL_RESULT_CHARS = 24_000  # what the model reads of one call's results at most
-_RESULTS_KEPT = 10_000
 _GONE = "(The results of this search are no longer available; search again if you need them.)"
 
 DESCRIPTION = (
@@ -76,14 +75,15 @@ class Searcher(Protocol):
 
 
 class FileSearch(HostedTool):
+    results: ResultLog
     type = "file_search"
     kind = "file_search_call"
     function_name = FUNCTION_NAME
 
     def __init__(self, searcher: Searcher | None) -> None:
         self.searcher = searcher
-        # (owner, item id) -> (call id, what the model was told, the hits it saw)
-        self._results: OrderedDict[tuple[str | None, str], tuple[str, str, list[JSON]]] = OrderedDict()
+        # What each call told the model, with the hits it saw as ``extra`` (engine/results.py).
+        self.results = ResultLog()
 
     def unavailable(self) -> str | None:
         if self.searcher is None:
@@ -168,9 +168,9 @@ class FileSearch(HostedTool):
             queries = []
         if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
             raise RequestError("'queries' must be a list of strings.", param=".queries")
-        kept = self._results.get((owner, item_id))
+        kept = self.results.get(owner, item_id)
         if kept is not None:
-            call_id, text, _ = kept
+            call_id, text = kept.call_id, kept.text
         else:
             call_id = item_id
             results = _valid_results(item.get("results"))
@@ -180,16 +180,14 @@ class FileSearch(HostedTool):
         return call, {"type": "function_call_output", "call_id": call_id, "output": text}
 
     def keep(self, owner: str | None, item_id: str, call_id: str, text: str, hits: list[JSON]) -> None:
-        self._results[(owner, item_id)] = (call_id, text, hits)
-        while len(self._results) > _RESULTS_KEPT:
-            self._results.popitem(last=False)
+        self.results.keep_soon(owner, item_id, Kept(call_id, text, hits))
 
     def seen(self, owner: str | None, item: JSON) -> list[JSON]:
         """The hits an earlier ``file_search_call`` gave the model (for citations), if known."""
         item_id = item.get("id")
-        kept = self._results.get((owner, item_id)) if isinstance(item_id, str) else None
-        if kept is not None:
-            return kept[2]
+        kept = self.results.get(owner, item_id) if isinstance(item_id, str) else None
+        if kept is not None and isinstance(kept.extra, list):
+            return [hit for hit in kept.extra if isinstance(hit, dict)]
         return _valid_results(item.get("results")) or []
 
 

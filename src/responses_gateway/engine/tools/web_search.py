@@ -22,7 +22,6 @@ import html
 import json
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ from ...protocol.builder import HostedCall, HostedSpec, Item, StreamBuilder
 from ...protocol.json_field import clean_text
 from ...protocol.request import RequestError
 from ..hosted import HostedTool, HostedUse, RunContext
+from ..results import Kept, ResultLog
 
 __all__ = [
     "SOURCES_INCLUDE",
@@ -63,7 +63,6 @@ _PAGE_BYTES = 2 * 1024 * 1024  # one page fetched
 _PAGE_CHARS = 20_000  # what the model reads of one page
 _FIND_MATCHES = 10
 _TIMEOUT = 15.0
-_KEPT = 10_000  # results kept for later turns (per gateway)
 _MAX_QUERY = 1000
 _MARKER = re.compile(r"\[(\d{1,3})\]")
 _URL = re.compile(r"https?://[^\s)\]>\"']+")
@@ -164,6 +163,7 @@ async def _get_json(url: str, params: Mapping[str, str], headers: Mapping[str, s
 
 
 class WebSearch(HostedTool):
+    results: ResultLog
     type = "web_search"
     kind = "web_search_call"
     function_name = FUNCTION_NAME
@@ -172,7 +172,7 @@ class WebSearch(HostedTool):
     def __init__(self, backend: SearchBackend | None, guard: NetGuard) -> None:
         self.backend = backend
         self.guard = guard
-        self._kept: OrderedDict[tuple[str | None, str], str] = OrderedDict()
+        self.results = ResultLog()  # what each call told the model (engine/results.py)
 
     def unavailable(self) -> str | None:
         if self.backend is None:
@@ -232,9 +232,7 @@ class WebSearch(HostedTool):
         return _Use(self, str(size), location, tuple(domains or ()), ctx.owner)
 
     def keep(self, owner: str | None, item_id: str, text: str) -> None:
-        self._kept[(owner, item_id)] = text
-        while len(self._kept) > _KEPT:
-            self._kept.popitem(last=False)
+        self.results.keep_soon(owner, item_id, Kept(item_id, text))
 
     def history(self, item: JSON, owner: str | None, items: list[JSON]) -> tuple[JSON, JSON] | None:
         item_id = item.get("id")
@@ -244,7 +242,8 @@ class WebSearch(HostedTool):
         assert isinstance(action, dict)
         arguments = {k: v for k, v in action.items() if k in ("query", "url", "pattern")}
         arguments["action"] = action.get("type", "search")
-        result = self._kept.get((owner, item_id)) or "(The results of this call are no longer available.)"
+        kept = self.results.get(owner, item_id)
+        result = kept.text if kept is not None else "(The results of this call are no longer available.)"
         call = {
             "type": "function_call",
             "call_id": item_id,
