@@ -35,7 +35,7 @@ import orjson
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import RequestError, ResponseRequest
 from ..protocol.response import empty_usage, new_id, new_response
-from ..providers.base import Provider, ProviderError
+from ..providers.base import Provider, ProviderError, Wrapper
 from ..sealing import Sealer, SealError
 
 __all__ = ["SUMMARY_INSTRUCTIONS", "ContextCompaction", "compact", "estimate_tokens", "expand"]
@@ -165,7 +165,7 @@ def _summary_message(summary: str) -> JSON:
     return {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]}
 
 
-class ContextCompaction(Provider):
+class ContextCompaction(Wrapper):
     """``inner``, compacting the context first when it is estimated past ``threshold`` tokens; with
     ``answer=False`` (a ``compaction_trigger`` item), compacting always and answering with the
     compaction item alone."""
@@ -173,26 +173,11 @@ class ContextCompaction(Provider):
     def __init__(
         self, inner: Provider, threshold: int, sealer: Sealer, owner: str, *, answer: bool = True
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.threshold = threshold
         self.answer = answer
         self.sealer = sealer
         self.owner = owner
-        self.name = inner.name
-        self.capabilities = inner.capabilities
-        self.compacts = inner.compacts
-
-    def check_request(self, request: ResponseRequest) -> None:
-        self.inner.check_request(request)
-
-    def secrets(self) -> tuple[str, ...]:
-        return self.inner.secrets()
-
-    async def compact(self, request: ResponseRequest) -> JSON | None:
-        return await self.inner.compact(request)
-
-    async def count_input_tokens(self, request: ResponseRequest) -> int:
-        return await self.inner.count_input_tokens(request)
 
     async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         if not self.answer or estimate_tokens(request) > self.threshold:

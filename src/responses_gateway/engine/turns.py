@@ -24,7 +24,7 @@ from typing import Any
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import ResponseRequest
 from ..protocol.response import make_usage
-from ..providers.base import Provider
+from ..providers.base import Provider, Wrapper
 from .hosted import Plan, RunContext
 
 __all__ = ["MAX_TURNS", "Engine"]
@@ -39,28 +39,13 @@ _CLIENT_CALLS = frozenset({"function_call", "custom_tool_call", "mcp_approval_re
 UNFINISHED = "The model stopped before finishing the response."
 
 
-class Engine(Provider):
+class Engine(Wrapper):
     """``inner`` driven turn by turn, with the hosted tools of ``plan`` run between turns."""
 
     def __init__(self, inner: Provider, plan: Plan, ctx: RunContext) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.plan = plan
         self.ctx = ctx
-        self.name = inner.name
-        self.capabilities = inner.capabilities
-        self.compacts = inner.compacts
-
-    def check_request(self, request: ResponseRequest) -> None:
-        self.inner.check_request(request)
-
-    def secrets(self) -> tuple[str, ...]:
-        return self.inner.secrets()
-
-    async def compact(self, request: ResponseRequest) -> JSON | None:
-        return await self.inner.compact(request)
-
-    async def count_input_tokens(self, request: ResponseRequest) -> int:
-        return await self.inner.count_input_tokens(request)
 
     async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         plan = self.plan

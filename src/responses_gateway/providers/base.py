@@ -111,3 +111,26 @@ class Provider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections, models, threads."""
+
+
+class Wrapper(Provider):
+    """A provider in front of another (the engine's turns, server-side compaction): it drives
+    ``inner`` its own way in ``stream``; everything else is ``inner``'s."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.capabilities = inner.capabilities
+        self.compacts = inner.compacts
+
+    def check_request(self, request: ResponseRequest) -> None:
+        self.inner.check_request(request)
+
+    def secrets(self) -> tuple[str, ...]:
+        return self.inner.secrets()
+
+    async def compact(self, request: ResponseRequest) -> dict[str, Any] | None:
+        return await self.inner.compact(request)
+
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        return await self.inner.count_input_tokens(request)

@@ -8,7 +8,6 @@ serve it unchanged; the events become ``chat.completion.chunk`` frames (``ChatSt
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import orjson
@@ -61,7 +60,7 @@ class ChatCompletionsAPI:
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
         line = RequestLog(app.observer, route="/v1/chat/completions")
-        try:
+        with line.answering():
             body = parse_json_body(await app.read_body(scope, receive))
             try:
                 request_body, options = chat_request(body)
@@ -85,14 +84,3 @@ class ChatCompletionsAPI:
                 )
 
             await self.responses.run(ready, DialectClient(make), line)
-        except HTTPError as exc:
-            line.http_status = exc.status
-            raise
-        except asyncio.CancelledError:
-            line.http_status = 499
-            raise
-        except Exception:
-            line.http_status = 500
-            raise
-        finally:
-            line.write()

@@ -20,8 +20,8 @@ import orjson
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import ResponseRequest
 from ..store import Store
-from .errors import HTTPError, status_for_code
-from .streaming import GENERIC_FAILURE, JSON_HEADERS, SSE_HEADERS, Record, Sink, response_headers
+from .errors import HTTPError
+from .streaming import SSE_HEADERS, Record, Sink, failure_error, response_headers, send_body
 from .types import Receive, Send
 
 __all__ = ["DialectClient", "DialectSink", "Frames", "renamed", "sse_data", "sse_event"]
@@ -140,18 +140,11 @@ class DialectSink:
             raise error
         builder = self._builder
         assert builder is not None
-        response = builder.response
-        if response["status"] == "failed":
-            failure = response["error"] or {}
-            code = failure.get("code")
-            status = status_for_code(code)
-            etype = {429: str(code)}.get(status, "server_error" if status >= 500 else "invalid_request_error")
-            raise HTTPError(status, failure.get("message") or GENERIC_FAILURE, type=etype, code=code)
-        sealed = self._seal([{"type": "response", "response": response}])[0]["response"]
-        body = self._body(sealed)
-        headers = response_headers([*JSON_HEADERS, (b"content-length", str(len(body)).encode())], builder)
-        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        failed = failure_error(builder.response)
+        if failed is not None:
+            raise failed
+        sealed = self._seal([{"type": "response", "response": builder.response}])[0]["response"]
+        await send_body(self._send, self._body(sealed), builder)
 
     async def stopped(self, tail: list[JSON], gone: bool) -> None:
         if gone:

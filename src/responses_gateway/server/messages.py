@@ -12,7 +12,6 @@ Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -109,7 +108,7 @@ class MessagesAPI:
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
         line = RequestLog(app.observer, route="/v1/messages")
-        try:
+        with line.answering():
             owner, request_body, sign = await self._translate(scope, receive, counting=False)
             model = str(request_body["model"])
             try:
@@ -131,17 +130,6 @@ class MessagesAPI:
                 )
 
             await self.responses.run(ready, DialectClient(make), line)
-        except HTTPError as exc:
-            line.http_status = exc.status
-            raise
-        except asyncio.CancelledError:
-            line.http_status = 499
-            raise
-        except Exception:
-            line.http_status = 500
-            raise
-        finally:
-            line.write()
 
     async def count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The tokens the model would read, counted by the back end (as ``/v1/responses/input_tokens``)."""

@@ -17,9 +17,12 @@ Nothing here runs per streamed event: the relay's hot path only sets the builder
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +31,7 @@ import orjson
 from ..engine import Phase
 from ..protocol.builder import StreamBuilder
 from ..redaction import REDACTOR
+from .errors import HTTPError
 from .metrics import Metrics
 
 if TYPE_CHECKING:
@@ -115,6 +119,26 @@ class RequestLog:
         self.timeline: list[Phase] = []
         self.active: str | None = None
         self.written = False
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Around one request's answer: how it failed (an HTTP error's status and code, 499 for a
+        client gone before the answer started, 500 for a bug) is noted, and the record written when it
+        ends — unless its work goes on in the background (the record is written when that ends)."""
+        try:
+            yield
+        except HTTPError as exc:
+            self.http_status, self.error_code = exc.status, exc.code
+            raise
+        except asyncio.CancelledError:
+            self.http_status = 499
+            raise
+        except Exception:
+            self.http_status = 500
+            raise
+        finally:
+            if not self.background:
+                self.write()
 
     @property
     def mode(self) -> str:

@@ -345,20 +345,8 @@ class ResponsesAPI:
     # ------------------------------------------------------------------------------ create
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
         line = RequestLog(self.app.observer)
-        try:
+        with line.answering():
             await self._create(scope, receive, send, line)
-        except HTTPError as exc:
-            line.http_status, line.error_code = exc.status, exc.code
-            raise
-        except asyncio.CancelledError:
-            line.http_status = 499  # the client went away before an answer started
-            raise
-        except Exception:
-            line.http_status = 500
-            raise
-        finally:
-            if not line.background:
-                line.write()
 
     async def _prepare(self, scope: Scope, receive: Receive, line: RequestLog | None = None) -> Prepared:
         body = parse_json_body(await self.app.read_body(scope, receive))

@@ -48,7 +48,9 @@ __all__ = [
     "SSESink",
     "Sink",
     "drive",
+    "failure_error",
     "follow_stream",
+    "send_body",
     "stop_all_runs",
     "stop_run",
 ]
@@ -657,6 +659,25 @@ class SSESink(_Relay):
         self.abort()
 
 
+def failure_error(response: JSON) -> HTTPError | None:
+    """A failed Response as the HTTP error a one-body answer gives in its place (None: not failed)."""
+    if response["status"] != "failed":
+        return None
+    failure = response["error"] or {}
+    code = failure.get("code")
+    status = status_for_code(code)
+    # OpenAI's error types: quota and rate errors are typed by their code (as in its 429s).
+    etype = {429: str(code)}.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return HTTPError(status, failure.get("message") or GENERIC_FAILURE, type=etype, code=code)
+
+
+async def send_body(send: Send, body: bytes, builder: StreamBuilder) -> None:
+    """A whole JSON answer (its headers name the response, like the stream's)."""
+    headers = response_headers([*JSON_HEADERS, (b"content-length", str(len(body)).encode())], builder)
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
 class JSONSink:
     """A synchronous response's client: nothing per yield, then one JSON body (or an HTTP error).
 
@@ -699,19 +720,11 @@ class JSONSink:
             raise error
         builder = self._builder
         assert builder is not None
-        response = builder.response
-        if response["status"] == "failed":
-            failure = response["error"] or {}
-            code = failure.get("code")
-            status = status_for_code(code)
-            # OpenAI's error types: quota and rate errors are typed by their code (as in its 429s).
-            etype = {429: str(code)}.get(status, "server_error" if status >= 500 else "invalid_request_error")
-            raise HTTPError(status, failure.get("message") or GENERIC_FAILURE, type=etype, code=code)
-        sealed = self._seal([{"type": "response", "response": response}])[0]["response"]
-        body = orjson.dumps(sealed)
-        headers = response_headers([*JSON_HEADERS, (b"content-length", str(len(body)).encode())], builder)
-        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        failed = failure_error(builder.response)
+        if failed is not None:
+            raise failed
+        sealed = self._seal([{"type": "response", "response": builder.response}])[0]["response"]
+        await send_body(self._send, orjson.dumps(sealed), builder)
 
     async def stopped(self, tail: list[JSON], gone: bool) -> None:
         builder = self._builder
