@@ -86,6 +86,31 @@ PLOT = {
     ],
 }
 
+# The hosted file_search over the files the page attached: one search, then an answer naming the file.
+OTTERS = (
+    "Sea otters hold hands while they sleep so that they do not drift apart. A group of resting otters "
+    "is called a raft. They keep a favourite stone in a pouch of loose skin under the forearm."
+)
+LIBRARIAN = {
+    "model": "librarian",
+    "turns": [
+        {
+            "when": {"input_has": "function_call_output"},
+            "steps": [{"message": ["Otters hold hands while they sleep (see ", "otters.txt", ")."]}],
+        },
+        {
+            "steps": [
+                {
+                    "function_call": {
+                        "name": "file_search",
+                        "arguments": [json.dumps({"queries": ["why do otters hold hands"]})],
+                    }
+                }
+            ]
+        },
+    ],
+}
+
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="no /usr/bin/chromium: run scripts/browser-deps.sh (make test does)"
 )
@@ -105,11 +130,13 @@ def served(tmp_path_factory: pytest.TempPathFactory, upstream: UpstreamMock) -> 
     (tmp / "demo.yaml").write_text(DEMO)
     (tmp / "midfail.yaml").write_text(MIDFAIL)
     (tmp / "plot.json").write_text(json.dumps(PLOT))
+    (tmp / "librarian.json").write_text(json.dumps(LIBRARIAN))
     (tmp / "models.yaml").write_text(
         "local: false\nmodels:\n"
         "  - name: demo\n    provider: scripted\n    script: demo.yaml\n"
         "  - name: midfail\n    provider: scripted\n    script: midfail.yaml\n"
         "  - name: plot\n    provider: scripted\n    script: plot.json\n"
+        "  - name: librarian\n    provider: scripted\n    script: librarian.json\n"
         "  - name: flaky\n    provider: openai-chat\n    upstream_model: m\n"
         f"    base_url: {upstream.url}/v1\n    retries: 0\n"
     )
@@ -175,7 +202,7 @@ def test_without_a_key_the_page_says_so_and_asks_for_it(page: Any) -> None:
     page.fill("#key-input", KEY)
     page.click("#key-form button[value=save]")
     expect(page.locator("#key-button")).to_have_text("API key: set")
-    expect(page.locator("#model option")).to_have_count(4)
+    expect(page.locator("#model option")).to_have_count(5)
     expect(banner).to_be_hidden()
     # Kept for this tab only: in session storage, not in local storage or a cookie.
     assert page.evaluate("sessionStorage.getItem('rg.apiKey')") == KEY
@@ -330,6 +357,79 @@ def test_a_code_interpreter_card_shows_its_code_logs_image_and_cited_file(page: 
     page.uncheck("#tool-code")
     page.click(".settings summary")
     page.select_option("#model", "demo")
+
+
+def test_attached_files_are_searched_and_cited(page: Any, served: Served, tmp_path: Path) -> None:
+    page.select_option("#model", "librarian")
+    page.click("#new-chat")
+    (tmp_path / "otters.txt").write_text(OTTERS)
+    (tmp_path / "empty.txt").write_bytes(b"")
+    page.set_input_files("#attach-input", str(tmp_path / "otters.txt"))
+    entry = page.locator('#attachments li[data-name="otters.txt"]')
+    expect(entry.locator(".attach-status")).to_have_text("completed")  # uploaded, ingested
+    file_id = str(entry.get_attribute("data-file-id"))
+    assert file_id.startswith("file-")
+    # A file the gateway refuses: its error on its row and in the banner; nothing stays stored.
+    page.set_input_files("#attach-input", str(tmp_path / "empty.txt"))
+    refused = page.locator('#attachments li[data-name="empty.txt"]')
+    expect(refused.locator(".attach-status")).to_have_text("failed")
+    expect(refused.locator(".attach-error")).to_contain_text("empty")
+    expect(page.locator("#banner")).to_contain_text("Error 400 (invalid_file)")
+    shot(page, "05c-attachments")
+    assert page.problems == [
+        "Failed to load resource: the server responded with a status of 400 (Bad Request)"
+    ]
+    page.problems.clear()
+    refused.get_by_role("button", name="Remove empty.txt").click()
+    expect(refused).to_have_count(0)
+    page.click("#banner-close")
+    files = api(served, "/v1/files").json()["data"]
+    assert [f["filename"] for f in files if f["filename"] in ("otters.txt", "empty.txt")] == ["otters.txt"]
+
+    send(page, "why do otters hold hands?")
+    card = page.locator(".card.file_search_call").last
+    expect(card.locator(".call-args")).to_have_text("why do otters hold hands")
+    expect(card.locator(".badge").first).to_have_text("completed")
+    result = card.locator(".search-result").first
+    expect(result.locator(".result-file")).to_have_text("otters.txt")
+    expect(result.locator(".result-text")).to_contain_text("hold hands while they sleep")
+    answer = page.locator(".message.assistant").last
+    expect(answer.locator(".text")).to_have_text("Otters hold hands while they sleep (see otters.txt[1]).")
+    mark = answer.locator("a.cite")
+    expect(mark).to_have_attribute("aria-label", "citation 1: otters.txt")
+    citation = answer.locator(".annotations li.file-citation")
+    expect(citation).to_contain_text("otters.txt")
+    expect(citation).to_contain_text(file_id)
+    assert "no violations" in wait_verdict(page)
+    shot(page, "05d-file-search")
+    # What the page asked for, as the gateway stored it: the tool over the chat's own store, the
+    # results included (shown above, with the stored score), the citation after the file's name.
+    stored = api(served, f"/v1/responses/{last_rid(page)}").json()
+    (tool,) = stored["tools"]
+    assert tool["type"] == "file_search" and len(tool["vector_store_ids"]) == 1
+    store = tool["vector_store_ids"][0]
+    search, message = stored["output"]
+    assert search["results"][0]["file_id"] == file_id
+    expect(result.locator(".result-score")).to_have_text(f"{search['results'][0]['score']:.3f}")
+    text = message["content"][0]["text"]
+    assert message["content"][0]["annotations"] == [
+        {"type": "file_citation", "file_id": file_id, "filename": "otters.txt", "index": text.index(")")}
+    ]
+    note = page.locator("#attachments-note")
+    expect(note).to_contain_text(f"vector store {store} with file_search (1 of 1")
+    attached = api(served, f"/v1/vector_stores/{store}/files").json()["data"]
+    assert [f["id"] for f in attached] == [file_id]
+    # Remove: detached from the store and the upload deleted.
+    entry.get_by_role("button", name="Remove otters.txt").click()
+    expect(page.locator("#attachments-box")).to_be_hidden()
+    deadline = time.monotonic() + 10
+    while api(served, f"/v1/files/{file_id}").status_code != 404 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert api(served, f"/v1/vector_stores/{store}/files").json()["data"] == []
+    assert api(served, f"/v1/files/{file_id}").status_code == 404
+    assert page.problems == []
+    page.select_option("#model", "demo")
+    page.click("#new-chat")
 
 
 def test_a_broken_recording_shows_its_violations(page: Any, served: Served) -> None:
@@ -558,7 +658,7 @@ def test_history_lists_and_reopens_a_response(page: Any, served: Served) -> None
 def test_narrow_window_and_keyboard(page: Any) -> None:
     page.set_viewport_size({"width": 420, "height": 900})
     page.reload()
-    expect(page.locator("#model option")).to_have_count(4)  # the key survived the reload (session)
+    expect(page.locator("#model option")).to_have_count(5)  # the key survived the reload (session)
     assert page.evaluate("document.documentElement.scrollWidth") <= 420
     # The inspector stacks under the chat instead of beside it.
     chat = page.locator(".panel.chat").bounding_box()

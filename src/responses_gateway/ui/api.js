@@ -58,6 +58,22 @@ export async function postJSON(path, body) {
   return response.json();
 }
 
+export async function deleteJSON(path) {
+  const response = await fetch(path, { method: "DELETE", headers: headers() });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
+// POST /v1/files (multipart): one File from an <input type="file">, for file_search.
+export async function uploadFile(file, purpose = "assistants") {
+  const form = new FormData();
+  form.append("purpose", purpose);
+  form.append("file", file, file.name);
+  const response = await fetch("/v1/files", { method: "POST", headers: headers(), body: form });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
 // Read an SSE response; onEvent(event, time) for each event with its arrival time (performance.now()).
 async function readEvents(response, onEvent) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -104,6 +120,11 @@ export const api = {
   conversations: (params) => getJSON(`/v1/gateway/conversations?${new URLSearchParams(params)}`),
   conversationItems: (id) => getJSON(`/v1/conversations/${encodeURIComponent(id)}/items?order=asc&limit=100`),
   createConversation: () => postJSON("/v1/conversations", { metadata: { source: "playground" } }),
+  createVectorStore: () => postJSON("/v1/vector_stores", { name: "playground attachments", metadata: { source: "playground" } }),
+  attachFile: (store, fileId) => postJSON(`/v1/vector_stores/${encodeURIComponent(store)}/files`, { file_id: fileId }),
+  storeFile: (store, fileId) => getJSON(`/v1/vector_stores/${encodeURIComponent(store)}/files/${encodeURIComponent(fileId)}`),
+  detachFile: (store, fileId) => deleteJSON(`/v1/vector_stores/${encodeURIComponent(store)}/files/${encodeURIComponent(fileId)}`),
+  deleteFile: (fileId) => deleteJSON(`/v1/files/${encodeURIComponent(fileId)}`),
 };
 
 // An authorized download (container files): the bytes as an object URL.

@@ -4,6 +4,7 @@ import { api, apiKey, setApiKey, streamResponse, streamStored, APIError } from "
 import { el, clear, formatTime } from "./dom.js";
 import { TurnView, userTurn, inputText } from "./render.js";
 import { Inspector } from "./inspector.js";
+import { Attachments } from "./attachments.js";
 import { parseRecorded } from "./sse.js";
 
 const $ = (id) => document.getElementById(id);
@@ -45,6 +46,7 @@ function hideBanner() {
 $("banner-close").addEventListener("click", hideBanner);
 
 const inspector = new Inspector($("inspector"), { onError: showError });
+const attachments = new Attachments($("attachments"), { box: $("attachments-box"), note: $("attachments-note"), onError: showError });
 
 // ------------------------------------------------------------------------------ API key
 function showKeyState() {
@@ -114,8 +116,15 @@ function newConversation() {
   state.conversationId = null;
   state.turns = [];
   clear($("transcript"));
+  attachments.reset(); // a new chat starts without files (its own vector store on the first upload)
   showChain();
 }
+
+$("attach-input").addEventListener("change", () => {
+  const files = [...$("attach-input").files];
+  $("attach-input").value = ""; // the same file can be picked again
+  if (files.length) attachments.add(files);
+});
 
 $("new-chat").addEventListener("click", newConversation);
 $("new-conversation").addEventListener("click", async () => {
@@ -151,6 +160,11 @@ function requestOptions() {
   if ($("tool-code").checked) {
     tools.push({ type: "code_interpreter", container: { type: "auto" } });
     body.include = ["code_interpreter_call.outputs"]; // the logs and images, not only the code
+  }
+  const search = attachments.tool();
+  if (search) {
+    tools.push(search);
+    body.include = [...(body.include || []), "file_search_call.results"]; // the passages, not only the queries
   }
   if (tools.length) body.tools = tools;
   if ($("structured").checked) {

@@ -16,6 +16,9 @@ const CALL_TYPES = new Set([
   "computer_call",
 ]);
 
+const EXCERPT = 400; // characters of a file_search result shown
+let citations = 0; // numbers the citation marks of the page (their ids)
+
 export class TurnView {
   // onCallOutput(call, text): the user answers a function call (only offered once the turn ended).
   constructor(container, { onCallOutput } = {}) {
@@ -128,11 +131,22 @@ class MessageView {
         },
       }, a.filename || a.file_id);
       label = "file";
+    } else if (a.type === "file_citation") {
+      // A file of a vector store (file_search): numbered, and marked in the text (see update).
+      const number = p.notes.querySelectorAll("li.file-citation").length + 1;
+      const li = el("li", { class: "file-citation", id: `cite-${++citations}`, dataset: { fileId: a.file_id || "" } },
+        el("span", { class: "cite-num" }, `[${number}]`), " ",
+        el("span", { class: "badge" }, "file"), " ",
+        el("span", { class: "cite-file" }, a.filename || a.file_id || "(file)"), " ",
+        a.file_id ? el("code", { class: "muted" }, a.file_id) : "",
+      );
+      p.notes.append(li);
+      return { li, number, name: a.filename || a.file_id || "file" };
     } else {
       node = el("span", {}, a.filename || a.file_id || a.title || a.url || JSON.stringify(a));
-      label = a.type === "file_citation" ? "file" : a.type;
     }
     p.notes.append(el("li", {}, el("span", { class: "badge" }, label), " ", node));
+    return null;
   }
   update(item, done) {
     this.item = item;
@@ -141,13 +155,41 @@ class MessageView {
       const p = this.part(i);
       const text = c.type === "refusal" ? c.refusal : c.text;
       if (c.type === "refusal") p.text.classList.add("refusal");
-      if (typeof text === "string" && p.text.textContent !== text) p.text.textContent = text;
-      if (p.notes.childElementCount !== (c.annotations || []).length) {
-        clear(p.notes);
-        (c.annotations || []).forEach((a) => this.annotate(p, a));
+      const annotations = c.annotations || [];
+      const key = JSON.stringify([text, annotations]);
+      if (p.key === key) return;
+      p.key = key;
+      clear(p.notes);
+      p.notes.hidden = true;
+      const marks = [];
+      for (const a of annotations) {
+        const mark = this.annotate(p, a);
+        if (mark && Number.isInteger(a.index)) marks.push({ ...mark, index: a.index });
       }
+      if (typeof text === "string") showText(p.text, text, marks);
     });
   }
+}
+
+// A message part's text with a numbered mark at each file citation's index (a link to its entry in
+// the citations list, naming the file). Indexes count code points, as the gateway's do.
+function showText(node, text, marks) {
+  if (!marks.length) {
+    if (node.textContent !== text) node.textContent = text;
+    return;
+  }
+  const chars = Array.from(text);
+  const nodes = [];
+  let at = 0;
+  for (const m of [...marks].sort((a, b) => a.index - b.index)) {
+    const index = Math.max(at, Math.min(m.index, chars.length));
+    nodes.push(chars.slice(at, index).join(""));
+    nodes.push(el("a", { class: "cite", href: `#${m.li.id}`, title: m.name, "aria-label": `citation ${m.number}: ${m.name}` },
+      el("sup", {}, `[${m.number}]`)));
+    at = index;
+  }
+  nodes.push(chars.slice(at).join(""));
+  node.replaceChildren(...nodes);
 }
 
 class ReasoningView {
@@ -215,6 +257,11 @@ class CallView {
     this.item = item;
     this.title.textContent = item.name || item.server_label || "";
     if (item.status) this.state.textContent = item.status;
+    if (Array.isArray(item.queries) && item.queries.length) {
+      // file_search_call: its queries, one a line (they come with the item, not as deltas).
+      this.args.setAttribute("aria-label", "Queries");
+      this.args.textContent = item.queries.join("\n");
+    }
     const text = item.arguments ?? item.input ?? item.code ?? (item.action ? pretty(item.action) : null);
     if (done && typeof text === "string") this.args.textContent = text;
     if (done) this.showOutputs(item);
@@ -227,8 +274,34 @@ class CallView {
         this.outputs.append(el("img", { src: out.url, alt: "Image the code produced", class: "call-image" }));
       } else this.outputs.append(el("pre", {}, pretty(out)));
     }
-    for (const r of item.results || []) this.outputs.append(el("pre", {}, pretty(r)));
+    if (item.type === "file_search_call") this.showSearchResults(item);
+    else for (const r of item.results || []) this.outputs.append(el("pre", {}, pretty(r)));
     if (typeof item.output === "string") this.outputs.append(el("pre", { class: "logs" }, item.output));
+  }
+  // file_search results, best first: file name, score and the passage's text (an excerpt).
+  showSearchResults(item) {
+    if (!Array.isArray(item.results)) {
+      if (item.status === "completed") this.outputs.append(el("p", { class: "muted" }, "Results not included."));
+      return;
+    }
+    if (!item.results.length) {
+      this.outputs.append(el("p", { class: "muted" }, "No results."));
+      return;
+    }
+    const list = el("ol", { class: "search-results", "aria-label": "Search results" });
+    for (const r of item.results) {
+      const text = typeof r.text === "string" ? r.text : "";
+      const excerpt = text.length > EXCERPT ? `${text.slice(0, EXCERPT)}…` : text;
+      list.append(
+        el("li", { class: "search-result", dataset: { fileId: r.file_id || "" } },
+          el("span", { class: "result-file" }, r.filename || r.file_id || "(file)"),
+          " ",
+          el("span", { class: "badge result-score", title: "score" }, typeof r.score === "number" ? r.score.toFixed(3) : "—"),
+          el("blockquote", { class: "result-text" }, excerpt),
+        ),
+      );
+    }
+    this.outputs.append(list);
   }
   offerOutput(submit) {
     if (this.form) return;
