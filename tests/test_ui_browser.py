@@ -396,7 +396,8 @@ def test_attached_files_are_searched_and_cited(page: Any, served: Served, tmp_pa
     answer = page.locator(".message.assistant").last
     expect(answer.locator(".text")).to_have_text("Otters hold hands while they sleep (see otters.txt[1]).")
     mark = answer.locator("a.cite")
-    expect(mark).to_have_attribute("aria-label", "citation 1: otters.txt")
+    mark_label = "citation 1: otters.txt"
+    expect(mark).to_have_attribute("aria-label", mark_label)
     citation = answer.locator(".annotations li.file-citation")
     expect(citation).to_contain_text("otters.txt")
     expect(citation).to_contain_text(file_id)
@@ -419,6 +420,19 @@ def test_attached_files_are_searched_and_cited(page: Any, served: Served, tmp_pa
     expect(note).to_contain_text(f"vector store {store} with file_search (1 of 1")
     attached = api(served, f"/v1/vector_stores/{store}/files").json()["data"]
     assert [f["id"] for f in attached] == [file_id]
+    # A new chat starts without files; reopening the response from the history takes its store back.
+    rid = last_rid(page)
+    page.click("#new-chat")
+    expect(page.locator("#attachments-box")).to_be_hidden()
+    page.click("#tab-history")
+    page.locator(f'#history-table tbody tr[data-id="{rid}"]').get_by_role("button", name="Open").click()
+    expect(page.locator(".card.file_search_call .result-file")).to_have_text("otters.txt")
+    entry = page.locator('#attachments li[data-name="otters.txt"]')
+    expect(entry.locator(".attach-status")).to_have_text("completed")
+    expect(entry).to_have_attribute("data-file-id", file_id)
+    expect(note).to_contain_text(f"vector store {store} with file_search (1 of 1")
+    expect(page.locator(".message.assistant a.cite")).to_have_attribute("aria-label", mark_label)
+    shot(page, "05e-file-search-reopened")
     # Remove: detached from the store and the upload deleted.
     entry.get_by_role("button", name="Remove otters.txt").click()
     expect(page.locator("#attachments-box")).to_be_hidden()

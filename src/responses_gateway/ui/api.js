@@ -123,6 +123,8 @@ export const api = {
   createVectorStore: () => postJSON("/v1/vector_stores", { name: "playground attachments", metadata: { source: "playground" } }),
   attachFile: (store, fileId) => postJSON(`/v1/vector_stores/${encodeURIComponent(store)}/files`, { file_id: fileId }),
   storeFile: (store, fileId) => getJSON(`/v1/vector_stores/${encodeURIComponent(store)}/files/${encodeURIComponent(fileId)}`),
+  storeFiles: (store) => getJSON(`/v1/vector_stores/${encodeURIComponent(store)}/files?limit=100&order=asc`),
+  file: (fileId) => getJSON(`/v1/files/${encodeURIComponent(fileId)}`),
   detachFile: (store, fileId) => deleteJSON(`/v1/vector_stores/${encodeURIComponent(store)}/files/${encodeURIComponent(fileId)}`),
   deleteFile: (fileId) => deleteJSON(`/v1/files/${encodeURIComponent(fileId)}`),
 };

@@ -342,6 +342,8 @@ async function openResponse(id) {
   try {
     const [response, items] = await Promise.all([api.response(id), api.inputItems(id)]);
     newConversation();
+    const search = (response.tools || []).find((t) => t.type === "file_search" && (t.vector_store_ids || []).length);
+    if (search) attachments.adopt(search.vector_store_ids[0]); // the next message searches it again
     const label = items.data.map(inputText).join("\n") || "(no input)";
     const userNode = userTurn(label);
     const turn = assistantTurn();

@@ -2,7 +2,7 @@
 // and put in a vector store the chat owns (created on the first upload), then watched until its
 // ingestion ends (completed, or failed with its last_error). From then on every request carries the
 // file_search tool over that store. "New chat" starts a chat without attachments (the old store stays
-// on the gateway, as its responses refer to it).
+// on the gateway, as its responses refer to it); a reopened response that searched a store adopts it.
 import { api, uploadFile } from "./api.js";
 import { el } from "./dom.js";
 
@@ -118,16 +118,50 @@ export class Attachments {
     entry.attached = store;
     if (!this.entries.has(entry)) return void this.forget(entry); // removed while attaching
     this.show(entry, attached.status, attached.last_error ? attached.last_error.message : "");
+    await this.watch(entry, generation);
+  }
+
+  // Poll a file's ingestion until it ends.
+  async watch(entry, generation) {
     for (let n = 0; entry.status === "in_progress" && n < POLL_LIMIT; n++) {
       await new Promise((resolve) => setTimeout(resolve, POLL_MS));
       if (generation !== this.generation || !this.entries.has(entry)) return;
       try {
-        const current = await api.storeFile(store, uploaded.id);
+        const current = await api.storeFile(entry.attached, entry.fileId);
         this.show(entry, current.status, current.last_error ? current.last_error.message : "");
       } catch (err) {
         this.show(entry, "failed", err.message);
         this.onError(err);
       }
+    }
+  }
+
+  // Take over a vector store a reopened response searched (the first of its file_search tool's
+  // stores): its files are listed, and the next messages search it again.
+  async adopt(storeId) {
+    this.reset();
+    const generation = this.generation;
+    this.storeId = storeId;
+    try {
+      const files = (await api.storeFiles(storeId)).data;
+      for (const f of files) {
+        let name = f.id;
+        try {
+          name = (await api.file(f.id)).filename || f.id;
+        } catch {
+          // the upload is gone (deleted): the row shows the id
+        }
+        if (generation !== this.generation) return;
+        const entry = this.entry(name);
+        entry.fileId = f.id;
+        entry.attached = storeId;
+        entry.node.dataset.fileId = f.id;
+        this.show(entry, f.status, f.last_error ? f.last_error.message : "");
+        this.watch(entry, generation);
+      }
+    } catch (err) {
+      if (generation === this.generation) this.storeId = null; // deleted since: start without it
+      this.onError(err);
     }
   }
 
