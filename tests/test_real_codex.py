@@ -567,7 +567,7 @@ def test_codex_default_web_search_is_refused_clearly(setup: Setup, codex: Any) -
     # Named by its place in Codex's own request (the namespace before it is flattened for the back end).
     assert any(t["type"] == "namespace" for t in exchange.body["tools"][:index])
     message = failed[-1]["error"]["message"]
-    assert f"'tools[{index}].type' (web_search) is not supported with this model." in message
+    assert f"'tools[{index}].type' (web_search) is not supported with this model" in message
 
 
 def test_codex_default_web_search_is_left_out_by_a_gateway_told_to(
