@@ -236,6 +236,7 @@ class RequestDefaults(Provider):
         self.inner = inner
         self.name = inner.name
         self.capabilities = inner.capabilities
+        self.compacts = inner.compacts
         self.max_output_tokens = max_output_tokens
         self.reasoning_effort = reasoning_effort
 
@@ -261,6 +262,15 @@ class RequestDefaults(Provider):
 
     def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         return self.inner.stream(self.apply(request), builder)
+
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        return await self.inner.count_input_tokens(self.apply(request))
+
+    async def compact(self, request: ResponseRequest) -> dict[str, Any] | None:
+        return await self.inner.compact(self.apply(request))
+
+    def secrets(self) -> tuple[str, ...]:
+        return self.inner.secrets()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
