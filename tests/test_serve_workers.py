@@ -9,8 +9,8 @@ One gateway (``responses-gateway serve --workers 2 --worker-port-base P``) as a 
 - a cancel sent to worker 1 stops worker 0's run at once (not at the next heartbeat);
 - a conversation whose turns alternate between the workers: each sees the other's items;
 - the shared port spreads connections over both workers, a killed worker is replaced, SIGHUP
-  replaces both without refusing a request, SIGTERM stops everything;
-- ``--workers 2`` with an embedded model is refused (it would be loaded twice).
+  replaces both without refusing a request, SIGTERM stops everything
+(``--workers 2`` with the embedded model: tests/test_serve_workers_model.py).
 """
 
 from __future__ import annotations
@@ -241,21 +241,6 @@ def test_supervision_restart_reload_and_stop(tmp_path: Path) -> None:
     time.sleep(0.5)
     for pid in final:  # no worker outlives the parent
         assert not Path(f"/proc/{pid}").exists()
-
-
-@pytest.mark.parametrize("models_file", [False, True])
-def test_workers_with_an_embedded_model_are_refused(tmp_path: Path, models_file: bool) -> None:
-    """The default gemma-3-270m, or a models file's ``provider: local`` model under another name."""
-    gateway = Path(sys.executable).parent / "responses-gateway"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RG_")}
-    args = ["serve", "--workers", "2", "--port", str(_port_pair()), "--data-dir", str(tmp_path)]
-    if models_file:
-        config = tmp_path / "models.yaml"
-        config.write_text("local: false\nmodels:\n  - name: tiny\n    provider: local\n")
-        args += ["--config", str(config)]
-    done = subprocess.run([str(gateway), *args], capture_output=True, text=True, timeout=60, env=env)
-    assert done.returncode == 2
-    assert "--workers 2" in done.stderr and "loaded once per worker" in done.stderr
 
 
 def test_workers_that_cannot_start_stop_the_gateway(tmp_path: Path) -> None:

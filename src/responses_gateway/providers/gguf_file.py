@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .base import Capabilities
+
 __all__ = [
     "BUNDLED_TRAINED_CONTEXT",
     "DEFAULT_N_CTX",
+    "LOCAL_CAPABILITIES",
     "PROMPT_FORMATS",
     "GGUFInfo",
     "ModelFileError",
@@ -26,6 +29,18 @@ __all__ = [
 
 # How a local model may be prompted (``local_template.select_format``; a models file's ``prompt_format``).
 PROMPT_FORMATS = ("auto", "template", "transcript", "gemma", "chatml")
+
+# What the embedded model (providers/local.py) can honour; here, without llama.cpp, because the workers
+# of ``serve --workers N`` claim it for the model process they send to (server/model_process.py).
+LOCAL_CAPABILITIES = Capabilities(
+    streaming=True,
+    tools=True,
+    parallel_tool_calls=True,
+    reasoning=False,
+    structured_output=True,
+    images=False,
+    tool_types=frozenset({"function", "custom"}),
+)
 
 # The context the embedded model runs with unless a model sets n_ctx: Codex's first request alone (its
 # instructions and tools) is ~8,500 tokens; 16k of KV cache costs ~300 MB for Gemma 3 270M.

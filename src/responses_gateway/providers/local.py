@@ -36,9 +36,9 @@ import numpy as np
 from ..paths import data_dir as resolve_data_dir
 from ..protocol.builder import Item, StreamBuilder
 from ..protocol.request import ResponseRequest
-from .base import Capabilities, Provider, ProviderError
+from .base import Provider, ProviderError
 from .custom_tools import InputStream, custom_description, custom_parameters, custom_tool_names
-from .gguf_file import DEFAULT_N_CTX, PROMPT_FORMATS, GGUFInfo, read_gguf
+from .gguf_file import DEFAULT_N_CTX, LOCAL_CAPABILITIES, PROMPT_FORMATS, GGUFInfo, read_gguf
 from .local_grammar import CALL_OPEN, CallParser, GrammarSpec, build_grammar
 from .local_output import CallsOut, TextOut, passing
 from .local_prompt import START_OF_TURN, tool_preamble
@@ -273,15 +273,7 @@ class LocalProvider(Provider):
     """A GGUF chat or base model (Gemma 3 270M by default) in this process."""
 
     name = "local"
-    capabilities = Capabilities(
-        streaming=True,
-        tools=True,
-        parallel_tool_calls=True,
-        reasoning=False,
-        structured_output=True,
-        images=False,
-        tool_types=frozenset({"function", "custom"}),
-    )
+    capabilities = LOCAL_CAPABILITIES
 
     def __init__(
         self,

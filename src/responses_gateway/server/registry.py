@@ -134,6 +134,20 @@ class ModelRegistry:
         for alias in entry.aliases:
             self._aliases[alias] = entry.name
 
+    def served_by(self, owned_by: str) -> list[str]:
+        """The models (not aliases) whose ``owned_by`` is ``owned_by`` (``local``: the embedded ones)."""
+        return [e.name for e in self._entries.values() if e.owned_by == owned_by]
+
+    def replace_factory(self, name: str, factory: ProviderFactory) -> None:
+        """Build model ``name`` with ``factory`` (on first use) instead; its aliases, fallbacks and
+        listed details stay. Only before the model is built (``serve --workers``' model process)."""
+        entry = self._entries[name]
+        if entry.provider is not None:
+            raise RuntimeError(f"model {name!r} is already built")
+        entry.factory = factory
+        entry.loaded = False
+        entry.chain = None
+
     def close_on_shutdown(self, close: Callable[[], Awaitable[None]]) -> None:
         """Run ``close`` in :meth:`aclose`, after the providers (e.g. a shared Transport's aclose)."""
         self._closers.append(close)

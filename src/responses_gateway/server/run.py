@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import errno
 import gc
 import logging
@@ -32,6 +33,7 @@ from .http_protocol import (
     DEFAULT_MAX_CONNECTIONS,
     GatewayHttpProtocol,
 )
+from .model_process import SharedModel, model_process_config
 from .registry import LOCAL_MODEL, ModelRegistry, default_registry, registry_from_config
 from .request_log import JSONFormatter
 from .streaming import stop_all_runs
@@ -66,7 +68,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="gateway processes sharing the port (default: one per core, or 1 when the embedded model is "
-        "served: it is not shared between workers yet); SIGHUP restarts them one by one",
+        "served); with N > 1 the embedded model runs once, in a model process the workers share; SIGHUP "
+        "restarts the workers one by one",
     )
     parser.add_argument(
         "--worker-port-base",
@@ -334,13 +337,18 @@ def store_settings(args: argparse.Namespace) -> tuple[str | None, str | None, st
     return store, redis, data_dir
 
 
-def build_registry(args: argparse.Namespace, models: GatewayConfig | None = None) -> ModelRegistry:
+def build_registry(
+    args: argparse.Namespace, models: GatewayConfig | None = None, *, model_process: bool = False
+) -> ModelRegistry:
     """The models ``serve`` offers: the models file's (--config), the embedded one (unless --no-local or
-    the file's ``local: false``), plus each --script."""
+    the file's ``local: false``), plus each --script. ``model_process``: only the embedded models (what
+    the model process of ``serve --workers N`` serves)."""
     if args.config:
         from ..config import load_config
 
         models = models or load_config(args.config)
+        if model_process:
+            models = model_process_config(models)
         registry = registry_from_config(
             models,
             local=not args.no_local,
@@ -351,7 +359,7 @@ def build_registry(args: argparse.Namespace, models: GatewayConfig | None = None
         registry = default_registry(
             local=not args.no_local, model_path=args.model_path, data_dir=resolve_data_dir(args.data_dir)
         )
-    for path in args.script:
+    for path in [] if model_process else args.script:
         scripted = ScriptedProvider.from_file(path)
         if scripted.name in registry:
             raise ValueError(f"--script {path}: the model name {scripted.name!r} is already served")
@@ -387,8 +395,16 @@ def _serves_embedded_model(args: argparse.Namespace) -> bool:
     return False
 
 
-def build_app(args: argparse.Namespace, *, siblings_dir: str | None = None) -> GatewayApp:
-    """The ASGI app for parsed ``serve`` options (``siblings_dir``: see ``ServerConfig``)."""
+def build_app(
+    args: argparse.Namespace,
+    *,
+    siblings_dir: str | None = None,
+    shared: SharedModel | None = None,
+    model_process: bool = False,
+) -> GatewayApp:
+    """The ASGI app for parsed ``serve`` options (``siblings_dir``: see ``ServerConfig``). With
+    ``shared``, a worker's app that sends the embedded models' requests to the model process, or with
+    ``model_process`` too, the model process's own app (server/model_process.py)."""
     store_url, redis_url, data_dir = store_settings(args)
     models: GatewayConfig | None = None
     if args.config:
@@ -436,7 +452,28 @@ def build_app(args: argparse.Namespace, *, siblings_dir: str | None = None) -> G
         search_backend=search,
         siblings_dir=siblings_dir,
     )
-    return GatewayApp(build_registry(args, models), config, preload=args.preload)
+    if shared is not None and model_process:
+        # Only the workers talk to it: their key, no store (the workers store), nothing but the models.
+        # The workers' bodies carry stored context expanded into ``input``: a larger limit than theirs.
+        config = dataclasses.replace(
+            config,
+            api_keys=(shared.key,),
+            store_url=None,
+            redis_url=None,
+            store_retention=None,
+            ui=False,
+            metrics=False,
+            request_log=False,
+            max_body_bytes=max(4 * args.max_body_bytes, 64 * 1024 * 1024),
+            mcp_servers=(),
+            search_backend=None,
+            siblings_dir=None,
+        )
+        return GatewayApp(build_registry(args, models, model_process=True), config, preload=args.preload)
+    registry = build_registry(args, models)
+    if shared is not None:
+        shared.share(registry)
+    return GatewayApp(registry, config, preload=args.preload)
 
 
 def _describe_store(url: str | None) -> str:
@@ -465,17 +502,14 @@ def serve(args: argparse.Namespace) -> int:
         )
         return 2
     siblings_dir: str | None = None
+    shared: SharedModel | None = None
+    model_app: GatewayApp | None = None
     try:
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"--workers must be at least 1, not {args.workers}")
         local = _serves_embedded_model(args)
+        # The embedded model's default is one process: WebSocket mode (Codex) is served by one only.
         workers = args.workers or (1 if local else default_workers())
-        if workers > 1 and local:
-            raise ValueError(
-                f"--workers {workers}: the embedded model would be loaded once per worker "
-                "(sharing one model process between workers is not done yet); use --workers 1, or "
-                "--no-local for the other models"
-            )
         if workers > 1:
             _remove_stale_sibling_dirs()
             siblings_dir = tempfile.mkdtemp(prefix=f"{SIBLINGS_PREFIX}{os.getpid()}-")
@@ -484,18 +518,26 @@ def serve(args: argparse.Namespace) -> int:
             body_timeout=args.body_timeout,
             max_connections=args.max_connections,
         )
-        app = build_app(args, siblings_dir=siblings_dir)
+        if workers > 1 and local:
+            shared = SharedModel.bind()
+            model_app = build_app(args, shared=shared, model_process=True)
+        app = build_app(args, siblings_dir=siblings_dir, shared=shared)
         # The seal key is read (or created) once, before the workers fork: they share it.
         _ = app.sealer
     except (ScriptError, OSError, ValueError) as exc:
         listener.close()
+        if shared is not None:
+            shared.listener.close()
         if siblings_dir is not None:
             shutil.rmtree(siblings_dir, ignore_errors=True)
         sys.stderr.write(f"responses-gateway serve: {exc}\n")
         return 2
     try:
-        return _serve_app(args, app, protocol, listener, workers)
+        model = None if shared is None or model_app is None else (shared, model_app)
+        return _serve_app(args, app, protocol, listener, workers, model)
     finally:
+        if shared is not None:
+            shared.listener.close()
         if siblings_dir is not None:
             shutil.rmtree(siblings_dir, ignore_errors=True)
 
@@ -506,6 +548,7 @@ def _serve_app(
     protocol: type[GatewayHttpProtocol],
     listener: socket.socket,
     workers: int,
+    model: tuple[SharedModel, GatewayApp] | None = None,
 ) -> int:
     names = app.registry.names()
     if not names:
@@ -523,6 +566,8 @@ def _serve_app(
         f", {workers} workers" if workers > 1 else "",
     )
     log.info("store: %s%s", _describe_store(app.config.store_url), " + redis" if app.config.redis_url else "")
+    if model is not None:
+        log.info("the embedded model runs in one model process the workers share (%s)", model[0].base_url)
     if not args.preload and LOCAL_MODEL in names:
         log.info(
             "the embedded model %s loads on its first request (use --preload to load it now)", LOCAL_MODEL
@@ -530,14 +575,8 @@ def _serve_app(
     warnings.filterwarnings("ignore", message="The `websockets` implementation is deprecated")
     raise_open_files_limit()  # one socket per stream each side; the upstream pool is unlimited
 
-    def run_worker(index: int, ready_fd: int | None) -> int:
-        sockets = [listener]
-        headers: list[tuple[str, str]] = []
-        if workers > 1:
-            headers.append((WORKER_HEADER, str(os.getpid())))
-            if args.worker_port_base is not None:
-                sockets.append(bind(args.host, args.worker_port_base + index, reuse_port=True))
-        config = uvicorn.Config(
+    def uvicorn_config(app: GatewayApp, headers: list[tuple[str, str]]) -> uvicorn.Config:
+        return uvicorn.Config(
             app,
             host=args.host,
             port=args.port,
@@ -557,13 +596,32 @@ def _serve_app(
             timeout_graceful_shutdown=args.shutdown_timeout,
             headers=headers,
         )
-        server = GatewayServer(config, args.shutdown_timeout, ready_fd=ready_fd)
+
+    def run_worker(index: int, ready_fd: int | None) -> int:
+        if model is not None:
+            model[0].listener.close()  # the model process's socket: only it accepts there
+        sockets = [listener]
+        headers: list[tuple[str, str]] = []
+        if workers > 1:
+            headers.append((WORKER_HEADER, str(os.getpid())))
+            if args.worker_port_base is not None:
+                sockets.append(bind(args.host, args.worker_port_base + index, reuse_port=True))
+        server = GatewayServer(uvicorn_config(app, headers), args.shutdown_timeout, ready_fd=ready_fd)
         server.run(sockets=sockets)
+        return 0 if server.started else 1
+
+    def run_model(index: int, ready_fd: int) -> int:
+        assert model is not None
+        shared, model_app = model
+        listener.close()  # the public port is the workers'
+        server = GatewayServer(uvicorn_config(model_app, []), args.shutdown_timeout, ready_fd=ready_fd)
+        server.run(sockets=[shared.listener])
         return 0 if server.started else 1
 
     if workers == 1:
         return run_worker(0, None)
-    return Supervisor(workers, run_worker, grace=args.shutdown_timeout).run()
+    start_model = run_model if model is not None else None
+    return Supervisor(workers, run_worker, grace=args.shutdown_timeout, model=start_model).run()
 
 
 def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:

@@ -13,6 +13,10 @@ Why one shared socket rather than ``SO_REUSEPORT`` (one socket per worker): with
 queue a worker that exits or restarts loses no queued connection, and an idle worker takes new
 connections first; ``SO_REUSEPORT`` hashes connections to sockets regardless of load, and a socket
 closed with connections in its queue resets them.
+
+With an embedded model the parent first starts one *model process* (``server/model_process.py``)
+that every worker sends that model's requests to: it is started and ready before the workers, replaced
+like a worker if it dies, left alone by SIGHUP, and stopped after the workers on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Supervisor", "default_workers"]
+__all__ = ["MODEL_PROCESS", "Supervisor", "default_workers"]
 
 log = logging.getLogger("responses_gateway.server")
 
@@ -42,6 +46,8 @@ _PR_SET_PDEATHSIG = 1
 # ``start(index, ready_fd)`` runs worker ``index`` in the child and returns its exit status; it
 # writes one byte to ``ready_fd`` once it accepts connections.
 StartWorker = Callable[[int, int], int]
+# The index the model process is started with (workers are 0…N-1).
+MODEL_PROCESS = -1
 
 
 def default_workers() -> int:
@@ -61,6 +67,10 @@ class _Worker:
     ready: bool = False
     retiring: bool = False
 
+    def __str__(self) -> str:
+        what = "the model process" if self.index == MODEL_PROCESS else f"worker {self.index}"
+        return f"{what} (pid {self.pid})"
+
 
 def _die_with_parent(parent: int) -> None:
     """SIGKILL this process when the parent dies (Linux): a parent killed hard takes its workers with it,
@@ -75,11 +85,14 @@ def _die_with_parent(parent: int) -> None:
 class Supervisor:
     """Fork ``count`` workers and keep them running until SIGTERM/SIGINT (see the module's docstring)."""
 
-    def __init__(self, count: int, start: StartWorker, *, grace: float) -> None:
+    def __init__(
+        self, count: int, start: StartWorker, *, grace: float, model: StartWorker | None = None
+    ) -> None:
         if count < 1:
             raise ValueError("at least one worker")
         self.count = count
         self.start = start
+        self.model = model  # starts the model process (started first, stopped last), if any
         self.grace = grace
         self.workers: dict[int, _Worker] = {}
         self.stopping = False
@@ -89,6 +102,10 @@ class Supervisor:
         """Serve until stopped; the exit status (1 if the workers could not start)."""
         signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
+            if self.model is not None and not self._wait_ready([self._spawn(MODEL_PROCESS)]):
+                log.error("the model process did not start")
+                self._stop_all()
+                return 1
             for index in range(self.count):
                 self._spawn(index)
             return self._supervise()
@@ -121,9 +138,8 @@ class Supervisor:
                 quick = not worker.ready and time.monotonic() - worker.started < _QUICK_EXIT
                 failures = failures + 1 if quick else 0
                 log.warning(
-                    "worker %d (pid %d) exited (%s)%s; starting another",
-                    worker.index,
-                    worker.pid,
+                    "%s exited (%s)%s; starting another",
+                    worker,
                     status,
                     "" if worker.ready else " before it was ready",
                 )
@@ -147,7 +163,9 @@ class Supervisor:
                 os.setpgid(0, 0)
                 _die_with_parent(parent)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
-                status = self.start(index, write_fd)
+                start = self.model if index == MODEL_PROCESS else self.start
+                assert start is not None
+                status = start(index, write_fd)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -210,7 +228,7 @@ class Supervisor:
         """SIGHUP: each worker in turn is replaced by a new one, which is ready before the old stops."""
         log.info("SIGHUP: restarting %d workers one by one", len(self.workers))
         for old in list(self.workers.values()):
-            if old.retiring or old.pid not in self.workers:
+            if old.retiring or old.pid not in self.workers or old.index == MODEL_PROCESS:
                 continue
             new = self._spawn(old.index)
             if not self._wait_ready([new]):
@@ -226,24 +244,32 @@ class Supervisor:
         self._reap()
 
     def _stop_all(self) -> None:
-        """SIGTERM every worker and wait for them (each ends its streams within the grace time)."""
+        """SIGTERM every worker and wait for them (each ends its streams within the grace time); then
+        the model process, which their streams used."""
         self.stopping = True
-        for pid in self.workers:
+        self._stop([pid for pid, w in self.workers.items() if w.index != MODEL_PROCESS])
+        self._stop(list(self.workers))
+        self.workers.clear()
+
+    def _stop(self, pids: list[int]) -> None:
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace + 10
-        while self.workers and time.monotonic() < deadline:
+        while any(pid in self.workers for pid in pids) and time.monotonic() < deadline:
             info = signal.sigtimedwait(_SIGNALS, 0.2)
             if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
                 # A second request to stop: uvicorn then stops at once.
-                for pid in self.workers:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGTERM)
+                for pid in pids:
+                    if pid in self.workers:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGTERM)
             self._reap()
-        for pid in list(self.workers):
-            log.warning("worker pid %d did not stop; killing it", pid)
+        for pid in pids:
+            if self.workers.pop(pid, None) is None:
+                continue
+            log.warning("pid %d did not stop; killing it", pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        self.workers.clear()
