@@ -10,9 +10,13 @@ answered:
   against the openai SDK), two concurrent ones, one per worker, are both answered (queued in the
   model process), and a response stored by worker 0 is continued (``previous_response_id``) and
   retrieved on worker 1: the workers store, the model process does not;
-- what the embedded model cannot do is refused by the worker with the single-process gateway's 400;
-  ``/responses/input_tokens`` is counted by the model;
-- the model process killed is replaced by the supervisor and the next request is answered.
+- what the embedded model cannot do is refused by the worker with the single-process gateway's 400,
+  the model process's own 400 (past its context) reaches the client unchanged, a hosted tool is the
+  worker's to run; ``/responses/input_tokens`` is counted by the model;
+- the model process killed is replaced by the supervisor and the next request is answered;
+- a models file's ``provider: local`` model (another name, a queue of one): six requests at once over
+  both workers share the model process's queue (the rest get its 429); SIGHUP replaces the workers
+  and keeps the model process; SIGTERM stops every process.
 """
 
 from __future__ import annotations
@@ -87,9 +91,9 @@ class Gateway:
         assert len(others) == 1, others
         return others[0]
 
-    def count(self, worker: int, text: str) -> int:
+    def count(self, worker: int, text: str, model: str = MODEL) -> int:
         """``POST /v1/responses/input_tokens`` on one worker."""
-        body = {"model": MODEL, "input": text}
+        body = {"model": model, "input": text}
         reply = httpx.post(f"{self.url(worker)}/responses/input_tokens", json=body, timeout=60)
         assert reply.status_code == 200, reply.text
         return int(reply.json()["input_tokens"])
@@ -217,8 +221,7 @@ def test_one_model_process_serves_both_workers(gateway: Gateway) -> None:
     counts = [gateway.count(w, "Say hello.") for w in (0, 1)]
     assert counts[0] == counts[1] > 0
 
-
-def test_a_killed_model_process_is_replaced(gateway: Gateway) -> None:
+    # The model process killed: the supervisor replaces it and the next request is answered.
     old = gateway.model_process()
     os.kill(old, signal.SIGKILL)
     deadline = time.monotonic() + 60
@@ -235,3 +238,87 @@ def test_a_killed_model_process_is_replaced(gateway: Gateway) -> None:
     assert resp.status_code == 200
     check_stream(events)
     assert events[-1]["type"] == "response.completed" or events[-1]["type"] == "response.incomplete"
+
+
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A models file's ``provider: local`` model under another name, with a queue of one."""
+    tmp = tmp_path_factory.mktemp("workers-config")
+    config = tmp / "models.yaml"
+    config.write_text(
+        "local: false\nmodels:\n"
+        f"  - name: tiny\n    provider: local\n    model_path: {shared_model_path()}\n"
+        "    retries: 0\n    options: {max_queue: 1}\n"
+    )
+    base = _port_pair()
+    served = serve(
+        tmp, "--no-local", "--config", str(config), "--workers", "2", "--worker-port-base", str(base)
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{base + 1}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield Gateway(served, base)
+    finally:
+        stop(served)
+
+
+def test_a_models_file_model_shared_queued_reloaded_and_stopped(configured: Gateway) -> None:
+    for worker in (0, 1):
+        listed = [m["id"] for m in httpx.get(f"{configured.url(worker)}/models", timeout=10).json()["data"]]
+        assert listed == ["tiny"]
+    body = {"model": "tiny", "input": "Write a long story about a cat.", "max_output_tokens": 48}
+    replies: list[httpx.Response] = []
+
+    def run(worker: int) -> None:
+        replies.append(httpx.post(f"{configured.url(worker)}/responses", json=body, timeout=120))
+
+    # Six at once, three per worker, against one generation and one waiting place: the model
+    # process's queue counts them all, whichever worker sent them; the rest get its 429.
+    threads = [threading.Thread(target=run, args=(i % 2,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    statuses = sorted(r.status_code for r in replies)
+    assert len(statuses) == 6 and 200 in statuses and 429 in statuses, statuses
+    assert set(statuses) == {200, 429}
+    for reply in replies:
+        if reply.status_code == 429:
+            error = reply.json()["error"]
+            assert error["code"] == "rate_limit_exceeded"
+            assert error["message"].startswith("The local model is busy: 1 requests are already waiting")
+        else:
+            assert reply.json()["status"] in ("completed", "incomplete")
+
+    # SIGHUP replaces the workers and keeps the model process; SIGTERM stops every process.
+    model = configured.model_process()
+    before = {configured.pid(0), configured.pid(1)}
+    configured.served.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            now = {configured.pid(0), configured.pid(1)}
+        except httpx.HTTPError:
+            now = before
+        if not now & before:
+            break
+        assert time.monotonic() < deadline, "SIGHUP did not replace the workers"
+        time.sleep(0.1)
+    # The old workers leave; the model process stays the same one.
+    while set(_children(configured.served.proc.pid)) != {*now, model}:
+        assert time.monotonic() < deadline, _children(configured.served.proc.pid)
+        time.sleep(0.1)
+    assert configured.count(0, "Hi.", "tiny") == configured.count(1, "Hi.", "tiny") > 0
+    everyone = [*now, model]
+    stop(configured.served)
+    assert configured.served.proc.returncode == 0
+    time.sleep(0.5)
+    for pid in everyone:
+        assert not Path(f"/proc/{pid}").exists()
