@@ -13,7 +13,8 @@ answered:
 - what the embedded model cannot do is refused by the worker with the single-process gateway's 400,
   the model process's own 400 (past its context) reaches the client unchanged, a hosted tool is the
   worker's to run; ``/responses/input_tokens`` is counted by the model;
-- the model process killed is replaced by the supervisor and the next request is answered;
+- the model process killed mid-stream: that stream fails saying so, the supervisor replaces the
+  process and the next request is answered;
 - a models file's ``provider: local`` model (another name, a queue of one): six requests at once over
   both workers share the model process's queue (the rest get its 429); SIGHUP replaces the workers
   and keeps the model process; SIGTERM stops every process.
@@ -221,9 +222,26 @@ def test_one_model_process_serves_both_workers(gateway: Gateway) -> None:
     counts = [gateway.count(w, "Say hello.") for w in (0, 1)]
     assert counts[0] == counts[1] > 0
 
-    # The model process killed: the supervisor replaces it and the next request is answered.
+    # The model process killed mid-answer: that response fails saying so (a valid stream), the
+    # supervisor replaces the process and the next request is answered.
     old = gateway.model_process()
-    os.kill(old, signal.SIGKILL)
+    long = {"model": MODEL, "input": "Write a long story.", "max_output_tokens": 400, "stream": True}
+    decoder = EventStreamDecoder()
+    events: list[JSON] = []
+    with (
+        httpx.Client(timeout=120) as http,
+        http.stream("POST", f"{gateway.url(0)}/responses", json=long) as resp,
+    ):
+        for chunk in resp.iter_bytes():
+            events += decoder.feed(chunk)
+            if old and any(e["type"] == "response.output_text.delta" for e in events):
+                os.kill(old, signal.SIGKILL)
+                killed, old = old, 0
+    events += decoder.flush()
+    old = killed
+    check_stream(events)
+    assert events[-1]["type"] == "response.failed"
+    assert "embedded model's process stopped" in events[-1]["response"]["error"]["message"]
     deadline = time.monotonic() + 60
     while True:
         try:

@@ -19,7 +19,7 @@ one process), compaction (the worker's summarising turn over the client) and the
 
 The parent keeps the model's listening socket open while the process is replaced (after a crash),
 so requests sent meanwhile wait in the kernel's accept queue instead of being refused; a request the
-dying process was answering fails (502, the stream ended before the response was finished).
+dying process was answering fails, saying so (:class:`ModelProcessRelay`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..providers.base import Provider
+from ..protocol.builder import StreamBuilder
+from ..protocol.request import ResponseRequest
+from ..providers.base import Provider, ProviderError
 from ..providers.gguf_file import LOCAL_CAPABILITIES
-from ..providers.openai_responses import OpenAIResponsesProvider
+from ..providers.openai_responses import OpenAIResponsesProvider, ResponsesRelay
 from ..providers.transport import Timeouts, Transport
 from ..redaction import REDACTOR
 
@@ -40,11 +42,28 @@ if TYPE_CHECKING:
     from ..config import GatewayConfig
     from .registry import ModelRegistry
 
-__all__ = ["LOCAL_OWNER", "LocalModelClient", "SharedModel", "model_process_config"]
+__all__ = ["LOCAL_OWNER", "LocalModelClient", "ModelProcessRelay", "SharedModel", "model_process_config"]
 
 # What the registry records as the owner of an embedded model (``owned_by`` in GET /v1/models).
 LOCAL_OWNER = "local"
 MODEL_HOST = "127.0.0.1"
+
+
+class ModelProcessRelay(ResponsesRelay):
+    """The passthrough's relay, saying what a lost connection to the model process means (rather than
+    naming its private loopback address)."""
+
+    def fail(self, exc: ProviderError) -> None:
+        # Only the transport calls ``fail`` (the model's own failures arrive as events): a 5xx here is
+        # the model process gone mid-response (killed, out of memory), which the supervisor replaces.
+        if exc.status >= 500:
+            exc = ProviderError(
+                "The embedded model's process stopped before the response was finished (it is being "
+                "restarted); please try again.",
+                status=502,
+                code="server_error",
+            )
+        super().fail(exc)
 
 
 class LocalModelClient(OpenAIResponsesProvider):
@@ -68,6 +87,9 @@ class LocalModelClient(OpenAIResponsesProvider):
             upstream_name="the embedded model's process",
         )
         self.capabilities = LOCAL_CAPABILITIES
+
+    def translator(self, request: ResponseRequest, builder: StreamBuilder) -> ResponsesRelay:
+        return ModelProcessRelay(builder)
 
 
 @dataclass(slots=True)
