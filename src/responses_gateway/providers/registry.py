@@ -30,7 +30,7 @@ from ..config import ModelConfig
 from ..config import Timeouts as ModelTimeouts
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import EFFORTS, ResponseRequest
-from .base import Provider
+from .base import Provider, Wrapper
 from .gguf_file import BUNDLED_TRAINED_CONTEXT, DEFAULT_N_CTX, PROMPT_FORMATS, ModelFileError, read_gguf
 from .names import BUILTIN_NAMES, ENTRY_POINT_GROUP, entry_points, provider_names
 from .transport import Timeouts, Transport
@@ -225,7 +225,7 @@ def _path(model: ModelConfig, value: str) -> str:
     return str(path)
 
 
-class RequestDefaults(Provider):
+class RequestDefaults(Wrapper):
     """Applies a model's defaults (``max_output_tokens``, ``reasoning.effort``) to requests that set
     none, then hands the request to the wrapped provider. No generator of its own: ``stream`` returns
     the inner provider's, so the hot path is untouched."""
@@ -233,10 +233,7 @@ class RequestDefaults(Provider):
     def __init__(
         self, inner: Provider, *, max_output_tokens: int | None = None, reasoning_effort: str | None = None
     ) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.capabilities = inner.capabilities
-        self.compacts = inner.compacts
+        super().__init__(inner)
         self.max_output_tokens = max_output_tokens
         self.reasoning_effort = reasoning_effort
 
@@ -268,9 +265,6 @@ class RequestDefaults(Provider):
 
     async def compact(self, request: ResponseRequest) -> dict[str, Any] | None:
         return await self.inner.compact(self.apply(request))
-
-    def secrets(self) -> tuple[str, ...]:
-        return self.inner.secrets()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
