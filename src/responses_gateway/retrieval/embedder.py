@@ -29,6 +29,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from .blas import one_blas_thread
+
 __all__ = [
     "LOCAL_MODEL",
     "Embedder",
@@ -100,6 +102,10 @@ def _read_safetensors(data: bytes) -> dict[str, Vector]:
     return out
 
 
+# About 1 MB of float32: a block of element-wise work that stays in the L2 cache.
+_CACHE_FLOATS = 256 * 1024
+
+
 def _erf(x: Vector) -> Vector:
     """erf, in place (Abramowitz & Stegun 7.1.26, error below 1.5e-7): numpy has none, and BERT's
     GELU is the exact one."""
@@ -133,48 +139,6 @@ def _gelu(h: Vector) -> Vector:
         block *= g
         block *= 0.5
     return h
-
-
-# About 1 MB of float32: a block of element-wise work that stays in the L2 cache.
-_CACHE_FLOATS = 256 * 1024
-
-
-class _OneBlasThread:
-    """BLAS on one thread while any embedding runs (counted, so concurrent embeddings nest).
-
-    The forward pass is many small matrix products (per head: 256×32 by 32×256); a multi-threaded
-    OpenBLAS synchronises its threads on each, which on a shared or busy machine cost more than the
-    products themselves (a batch of 32 windows: 9 s with two threads under load, 6 s with one; the
-    attention products alone 3.3 s against 0.5 s). One thread per embedding also leaves the other
-    cores to the requests being served."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._controller: Any = None
-        self._limit: Any = None
-
-    def __enter__(self) -> None:
-        with self._lock:
-            self._users += 1
-            if self._users == 1:
-                try:
-                    from threadpoolctl import ThreadpoolController
-                except ImportError:  # then BLAS keeps its threads: slower, same vectors
-                    return
-                if self._controller is None:
-                    self._controller = ThreadpoolController()
-                self._limit = self._controller.limit(limits=1, user_api="blas")
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0 and self._limit is not None:
-                self._limit.restore_original_limits()
-                self._limit = None
-
-
-_ONE_BLAS_THREAD = _OneBlasThread()
 
 
 def _layer_norm(x: Vector, weight: Vector, bias: Vector, eps: float = 1e-12) -> Vector:
@@ -253,7 +217,7 @@ class LocalEmbedder:
         # Similar lengths together: less padding per batch.
         order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
         pooled = np.zeros((len(windows), self.dimensions), dtype=np.float32)
-        with _ONE_BLAS_THREAD:
+        with one_blas_thread:
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 pooled[batch] = self._forward([windows[i] for i in batch])

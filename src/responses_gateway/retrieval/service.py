@@ -328,6 +328,8 @@ class VectorStores:
         embedder = self.embedder(str(found["embedding_model"]))
         dimensions = int(found["dimensions"])
         files = await self.tables.searchable_files(store_id)
+        # Read now, so the vector side need not ask the database (it would queue behind BM25).
+        version = await self.tables.version(store_id)
         allowed = [f for f in files if filters is None or matches(filters, f[2])]
         if not allowed:
             return []
@@ -341,7 +343,9 @@ class VectorStores:
         )
         try:
             vector_ids = (
-                await self._nearest(embedder, store_id, text, dimensions, depth, restrict) if w_vec else []
+                await self._nearest(embedder, store_id, text, dimensions, depth, restrict, version)
+                if w_vec
+                else []
             )
         except BaseException:
             text_side.cancel()
@@ -381,6 +385,7 @@ class VectorStores:
         dimensions: int,
         depth: int,
         restrict: list[str] | None,
+        version: int,
     ) -> list[int]:
         try:
             vector = (await asyncio.to_thread(embedder.embed, [text])).vectors[0]
@@ -394,7 +399,7 @@ class VectorStores:
                 "embedding_mismatch",
             )
         return await self.index.search(
-            store_id, vector, dimensions=dimensions, limit=depth, file_ids=restrict
+            store_id, vector, dimensions=dimensions, limit=depth, file_ids=restrict, version=version
         )
 
     async def search_for_tool(

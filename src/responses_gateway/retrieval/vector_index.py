@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..store.vector_stores import VectorStoreTables
+from .blas import one_blas_thread
 
 __all__ = ["VectorIndex"]
 
@@ -53,8 +54,9 @@ class VectorIndex:
         self._matrices: OrderedDict[str, _Matrix] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def _matrix(self, store_id: str, dimensions: int) -> _Matrix:
-        version = await self._tables.version(store_id)
+    async def _matrix(self, store_id: str, dimensions: int, version: int | None = None) -> _Matrix:
+        if version is None:
+            version = await self._tables.version(store_id)
         found = self._matrices.get(store_id)
         if found is not None and found.version == version:
             self._matrices.move_to_end(store_id)
@@ -82,9 +84,14 @@ class VectorIndex:
         dimensions: int,
         limit: int,
         file_ids: Sequence[str] | None,
+        version: int | None = None,
     ) -> list[int]:
-        """Chunk ids, nearest first (ties by id); only chunks of ``file_ids`` when given."""
-        matrix = await self._matrix(store_id, dimensions)
+        """Chunk ids, nearest first (ties by id); only chunks of ``file_ids`` when given.
+
+        ``version``: the store's version as the caller read it at the start of its search. Then a
+        cached matrix of that version is used without asking the database: on SQLite the database
+        is one connection, where the check would wait behind the search's BM25 query."""
+        matrix = await self._matrix(store_id, dimensions, version)
         if not len(matrix.ids):
             return []
         if len(matrix.ids) > _INLINE_ROWS:
@@ -107,7 +114,8 @@ def _build(version: int, rows: list[tuple[int, str, bytes]], dimensions: int) ->
 def _nearest(
     matrix: _Matrix, query: npt.NDArray[np.float32], limit: int, file_ids: Sequence[str] | None
 ) -> list[int]:
-    scores = matrix.vectors @ query.astype(np.float32, copy=False)
+    with one_blas_thread:
+        scores = matrix.vectors @ query.astype(np.float32, copy=False)
     if file_ids is not None:
         wanted = np.array([matrix.file_codes[f] for f in file_ids if f in matrix.file_codes], dtype=np.int32)
         scores = np.where(np.isin(matrix.files, wanted), scores, -np.inf)
