@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import orjson
 import pytest
 
 from conftest import check_stream
@@ -545,3 +546,57 @@ def test_sqlite_file_is_created_in_wal_mode(tmp_path: Path) -> None:
 
     run(main())
     assert path.exists() and os.path.getsize(path) > 0
+
+
+def test_event_arrival_times_are_stored_and_survive_compaction(store_url: str) -> None:
+    from responses_gateway.store.compaction import has_refs
+
+    async def main() -> None:
+        async with opened(store_url, flush_interval=0.01) as store:
+            response = new_response("m")
+            rid = response["id"]
+            builder = StreamBuilder(response)
+            builder.start()
+            await store.responses.create_response(
+                OWNER, builder.snapshot(), request={}, input_items=[user("q")]
+            )
+            recorder = store.recorder(rid)
+            recorder.add_nowait(builder.take())  # the group writer's way
+            item = builder.open_message()
+            for piece in "abcdef":
+                builder.text_delta(item, piece * 50)
+                recorder.add_nowait(builder.take())
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # a pause in the stream
+            builder.close_message(item)
+            builder.complete()
+            await recorder.add(builder.take())  # the end's way
+
+            timed, more = await store.timed_events(OWNER, rid)
+            assert not more
+            assert [t.sequence_number for t in timed] == list(range(len(timed)))
+            times = [t.at_ms for t in timed]
+            assert all(isinstance(at, int) for at in times), times
+            assert times == sorted(times) and times[0] < 1000
+            done = next(i for i, t in enumerate(timed) if t.event["type"] == "response.output_text.done")
+            assert timed[done - 1].event["type"] == "response.output_text.delta"
+            assert times[done] - times[done - 1] >= 190  # the pause, as recorded
+            check_stream([t.event for t in timed])
+
+            assert await store.compact_response(rid)
+            async with store.db.transaction() as tx:
+                rows = await tx.fetch("SELECT event FROM rg_events WHERE response_id = ?", rid)
+            assert any(has_refs(orjson.loads(text)) for (text,) in rows)  # really rewritten
+            again, _ = await store.timed_events(OWNER, rid)
+            assert again == timed  # the same events (expanded) at the same times
+
+            page, more = await store.timed_events(OWNER, rid, after=2, limit=3)
+            assert more and [t.sequence_number for t in page] == [3, 4, 5] and page == timed[3:6]
+            last, more = await store.timed_events(OWNER, rid, after=len(timed) - 2, limit=3)
+            assert not more and last == timed[-1:]
+            with pytest.raises(ResponseNotFound):
+                await store.timed_events(OTHER, rid)
+            with pytest.raises(ResponseNotFound):
+                await store.timed_events(OWNER, "resp_missing")
+
+    run(main())

@@ -10,6 +10,10 @@
 ``GET /v1/gateway/conversations``           the caller's conversations (with their item counts):
                                             ``created_after``/``created_before``, ``after``,
                                             ``limit``, ``order``
+``GET /v1/gateway/responses/{id}/events``   a stored response's events as stored, each with its
+                                            arrival time (``at_ms`` since the response was created,
+                                            null if not recorded): ``after`` (a sequence number),
+                                            ``limit`` (1 to 1,000, default 1,000); ``has_more``
 ==========================================  =====================================================
 
 Both read and write as the caller's owner (``owner_for``), like every other endpoint.
@@ -32,10 +36,13 @@ from .query import ListQuery, invalid
 from .router import Router
 from .types import Receive, Scope, Send
 
-__all__ = ["MAX_CHECK_EVENTS", "GatewayAPI", "check_events"]
+__all__ = ["MAX_CHECK_EVENTS", "MAX_EVENTS_PAGE", "GatewayAPI", "check_events"]
 
 # The most events one check takes (the body limit bounds their size).
 MAX_CHECK_EVENTS = 100_000
+
+# The most stored events one page of ``/v1/gateway/responses/{id}/events`` returns.
+MAX_EVENTS_PAGE = 1000
 
 JSON = dict[str, Any]
 
@@ -134,6 +141,7 @@ class GatewayAPI:
         router.add("/v1/gateway/check", POST=self._check)
         router.add("/v1/gateway/responses", GET=self._list)
         router.add("/v1/gateway/conversations", GET=self._conversations)
+        router.add("/v1/gateway/responses/{rid}/events", GET=self._events)
 
     async def _check(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._owner_for(scope)
@@ -166,6 +174,29 @@ class GatewayAPI:
         except NotFound as exc:
             raise HTTPError(404, str(exc), param="after", code="not_found") from None
         await send_json(send, 200, orjson.dumps(result))
+
+    async def _events(self, scope: Scope, receive: Receive, send: Send, rid: str) -> None:
+        owner = self._owner_for(scope)
+        store = self._store()
+        query = ListQuery(scope)
+        text = query.last("after")
+        after = -1
+        if text:
+            if not text.isascii() or not text.isdigit() or len(text) > 12:
+                raise invalid(
+                    f"Invalid type for 'after': expected a sequence number (an integer), but got "
+                    f"'{text[:40]}' instead.",
+                    "after",
+                    "invalid_type",
+                )
+            after = int(text)
+        limit = query.limit(default=MAX_EVENTS_PAGE, maximum=MAX_EVENTS_PAGE)
+        try:
+            timed, more = await store.timed_events(owner, rid, after=after, limit=limit)
+        except NotFound as exc:
+            raise HTTPError(404, str(exc), code="not_found") from None
+        data = [{"sequence_number": t.sequence_number, "at_ms": t.at_ms, "event": t.event} for t in timed]
+        await send_json(send, 200, orjson.dumps({"object": "list", "data": data, "has_more": more}))
 
     async def _list(self, scope: Scope, receive: Receive, send: Send) -> None:
         owner = self._owner_for(scope)

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -35,6 +35,8 @@ __all__ = [
     "EventRecorder",
     "Events",
     "HasEvents",
+    "TimedEvent",
+    "Times",
 ]
 
 log = logging.getLogger("responses_gateway.store")
@@ -48,14 +50,28 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"}) | TERMINAL_EVENTS
 
 _INSERT_EVENT_IF_RUNNING = (
-    "INSERT INTO rg_events (response_id, seq, event) SELECT ?, ?, ? WHERE EXISTS"
+    "INSERT INTO rg_events (response_id, seq, event, at_ms) SELECT ?, ?, ?, ? WHERE EXISTS"
     " (SELECT 1 FROM rg_responses WHERE id = ? AND status IN ('queued', 'in_progress'))"
 )
 # A response still running and in no conversation (the one-trip end on SQLite).
+_INSERT_EVENT = "INSERT INTO rg_events (response_id, seq, event, at_ms) VALUES (?, ?, ?, ?)"
 _RUNNING_ALONE = (
     "SELECT 1 FROM rg_responses WHERE id = ? AND status IN ('queued', 'in_progress')"
     " AND conversation_id IS NULL"
 )
+
+# Each event's arrival time (``at_ms``: milliseconds since the response's recorder started), one per
+# event, in the order of the events it goes with; None where unknown.
+Times = list[int | None]
+
+
+class TimedEvent(NamedTuple):
+    """A stored event with its sequence number and arrival time (see :meth:`Events.timed_events`)."""
+
+    sequence_number: int
+    at_ms: int | None
+    event: JSON
+
 
 # The most one stored response may take in the event log (serve --store-max-response-bytes).
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
@@ -111,7 +127,7 @@ class Events:
         self._sizes: dict[str, int] = {}
         self._over: dict[str, int] = {}
         # Ends of responses the database refused (it was down): written by the heartbeat once it is back.
-        self._unwritten_ends: dict[str, tuple[list[JSON], JSON | None]] = {}
+        self._unwritten_ends: dict[str, tuple[list[JSON], JSON | None, Times | None]] = {}
         # Recorders with events not yet in the database, written together (see _write_group).
         self._dirty: dict[EventRecorder, None] = {}
         self._group_timer: asyncio.TimerHandle | None = None
@@ -144,16 +160,18 @@ class Events:
             await self._write_group()
 
     # ------------------------------------------------------------------------------ ends kept for later
-    def retry_end_later(self, response_id: str, events: list[JSON], final: JSON | None) -> None:
+    def retry_end_later(
+        self, response_id: str, events: list[JSON], final: JSON | None, times: Times | None = None
+    ) -> None:
         """Keep the end of a response the database would not take (see :meth:`retry_ends`)."""
-        self._unwritten_ends[response_id] = (events, final)
+        self._unwritten_ends[response_id] = (events, final, times)
 
     async def retry_ends(self) -> int:
         """Write the ends the database refused earlier (called by the heartbeat and at close); the
         number written. Until then such a response reads ``in_progress``; never for good."""
         written = 0
-        for response_id, (events, final) in list(self._unwritten_ends.items()):
-            await self.write_events(response_id, events, final)
+        for response_id, (events, final, times) in list(self._unwritten_ends.items()):
+            await self.write_events(response_id, events, final, times)
             del self._unwritten_ends[response_id]
             self.compact_soon(response_id)
             written += 1
@@ -190,7 +208,7 @@ class Events:
         across the write, so a response's end (written under the same lock) always comes after.
         A failed write puts the events back; the next write (or the response's end) retries them.
         """
-        taken: list[tuple[EventRecorder, list[JSON]]] = []
+        taken: list[tuple[EventRecorder, list[JSON], Times]] = []
         dirty, self._dirty = self._dirty, {}
         for recorder in dirty:
             created = recorder._created
@@ -205,41 +223,43 @@ class Events:
                 continue
             await recorder._lock.acquire()  # free, checked just above: this does not suspend
             events, recorder._pending = recorder._pending, []
-            taken.append((recorder, events))
+            times, recorder._pending_at = recorder._pending_at, []
+            taken.append((recorder, events, times))
         try:
-            batches = [(r.response_id, events) for r, events in taken if events]
+            batches = [(r.response_id, events, times) for r, events, times in taken if events]
             if batches:
                 await self._write_batches(batches)
                 self.live.flushed()
         except BaseException:
-            for recorder, events in taken:
+            for recorder, events, times in taken:
                 recorder._pending[:0] = events
+                recorder._pending_at[:0] = times
                 if recorder._pending and not recorder._done:
                     self._dirty[recorder] = None
             raise
         finally:
-            for recorder, _ in taken:
+            for recorder, _, _ in taken:
                 recorder._lock.release()
 
-    async def _write_batches(self, batches: list[tuple[str, list[JSON]]]) -> None:
+    async def _write_batches(self, batches: list[tuple[str, list[JSON], Times]]) -> None:
         """Append the events of several running responses (and their in-progress snapshots) at once."""
         sizes: dict[str, int] = {}
         if self.max_response_bytes is not None:
             limited = []
-            for rid, events in batches:
+            for rid, events, times in batches:
                 kept, _, sizes[rid] = self._within_limit(rid, events, None)
-                limited.append((rid, kept))
+                limited.append((rid, kept, times[: len(kept)]))
             batches = limited
         await self._write_batches_within_limit(batches)
         self._sizes.update(sizes)
 
-    async def _write_batches_within_limit(self, batches: list[tuple[str, list[JSON]]]) -> None:
+    async def _write_batches_within_limit(self, batches: list[tuple[str, list[JSON], Times]]) -> None:
         if self.db.dialect == "sqlite":
-            snapshots = [_snapshot_of(events) for _, events in batches]
+            snapshots = [_snapshot_of(events) for _, events, _ in batches]
             if not any(snap is not None and snap.get("status") in TERMINAL for snap in snapshots):
                 await self._write_batches_sqlite(batches, snapshots)
                 return
-        ids = list(dict.fromkeys(rid for rid, _ in batches))
+        ids = list(dict.fromkeys(rid for rid, _, _ in batches))
         async with self.db.transaction() as tx:
             status: dict[str, str] = {}
             for start in range(0, len(ids), 500):
@@ -250,13 +270,16 @@ class Events:
                     *chunk,
                 )
                 status.update({str(rid): str(st) for rid, st in rows})
-            rows_out: list[tuple[str, int, str]] = []
-            for rid, events in batches:
+            rows_out: list[tuple[str, int, str, int | None]] = []
+            for rid, events, times in batches:
                 current = status.get(rid)
                 # Deleted, or already ended (cancelled while queued, failed by recovery): nothing to add.
                 if current not in RUNNING:
                     continue
-                rows_out.extend((rid, int(e["sequence_number"]), dumps(e)) for e in events)
+                rows_out.extend(
+                    (rid, int(e["sequence_number"]), dumps(e), at)
+                    for e, at in zip(events, times, strict=True)
+                )
                 snapshot = _snapshot_of(events)
                 if snapshot is not None and snapshot.get("status") in TRANSITIONS[current]:
                     await self._write_snapshot(tx, rid, snapshot)
@@ -264,24 +287,24 @@ class Events:
                         status[rid] = str(snapshot["status"])
                         status[rid] = str(snapshot["status"])
             if rows_out:
-                await tx.writemany(
-                    "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)", rows_out
-                )
+                await tx.writemany(_INSERT_EVENT, rows_out)
 
     async def _write_batches_sqlite(
-        self, batches: list[tuple[str, list[JSON]]], snapshots: list[JSON | None]
+        self, batches: list[tuple[str, list[JSON], Times]], snapshots: list[JSON | None]
     ) -> None:
         """:meth:`_write_batches` in one trip to the database thread: each statement checks the status
         itself. ``BEGIN IMMEDIATE`` holds the file's write lock, so no other writer (another process
         included) can change a status between those checks and the commit."""
         async with self.db.transaction() as tx:
             rows = [
-                (rid, int(e["sequence_number"]), dumps(e), rid) for rid, events in batches for e in events
+                (rid, int(e["sequence_number"]), dumps(e), at, rid)
+                for rid, events, times in batches
+                for e, at in zip(events, times, strict=True)
             ]
             if rows:
                 # Deleted, or already ended (cancelled while queued, failed by recovery): nothing is added.
                 await tx.writemany(_INSERT_EVENT_IF_RUNNING, rows)
-            for (rid, _), snapshot in zip(batches, snapshots, strict=True):
+            for (rid, _, _), snapshot in zip(batches, snapshots, strict=True):
                 if snapshot is None:
                     continue
                 status = snapshot.get("status")
@@ -300,15 +323,25 @@ class Events:
                 )
 
     # ------------------------------------------------------------------------------ one response
-    async def write_events(self, response_id: str, events: list[JSON], final: JSON | None) -> bool:
-        """Append events and apply the latest lifecycle snapshot among them, in one transaction."""
+    async def write_events(
+        self, response_id: str, events: list[JSON], final: JSON | None, times: Times | None = None
+    ) -> bool:
+        """Append events and apply the latest lifecycle snapshot among them, in one transaction.
+        ``times``: each event's arrival time (``at_ms``), None if unknown."""
         snapshot = final if final is not None else _snapshot_of(events)
+        if times is None:
+            times = [None] * len(events)
         size = None
         if self.max_response_bytes is not None:
             events, snapshot, size = self._within_limit(response_id, events, snapshot)
+            times = times[: len(events)]
             if response_id in self._over and snapshot is not None and snapshot.get("status") in TERMINAL:
+                kept = len(events)
                 events, snapshot = await self._end_over_limit(response_id, events, snapshot)
-        written = await self._write_events_within_limit(response_id, events, snapshot)
+                # The closing events added are stamped with the end's time (the last one known).
+                end_at = next((at for at in reversed(times) if at is not None), None)
+                times = [*times, *[end_at] * (len(events) - kept)]
+        written = await self._write_events_within_limit(response_id, events, snapshot, times)
         if size is not None:
             if snapshot is not None and snapshot.get("status") in TERMINAL:
                 self._sizes.pop(response_id, None)
@@ -366,14 +399,14 @@ class Events:
         return [*kept, *tail], failed
 
     async def _write_events_within_limit(
-        self, response_id: str, events: list[JSON], snapshot: JSON | None
+        self, response_id: str, events: list[JSON], snapshot: JSON | None, times: Times
     ) -> bool:
         async with self.db.transaction() as tx:
             if (
                 self.db.dialect == "sqlite"
                 and snapshot is not None
                 and snapshot.get("status") in TERMINAL
-                and await self._end_in_one_trip(tx, response_id, events, snapshot)
+                and await self._end_in_one_trip(tx, response_id, events, snapshot, times)
             ):
                 return True
             row = await tx.fetchone(
@@ -385,14 +418,19 @@ class Events:
                 return False
             if events:
                 await tx.writemany(
-                    "INSERT INTO rg_events (response_id, seq, event) VALUES (?, ?, ?)",
-                    [(response_id, int(e["sequence_number"]), dumps(e)) for e in events],
+                    _INSERT_EVENT,
+                    [
+                        (response_id, int(e["sequence_number"]), dumps(e), at)
+                        for e, at in zip(events, times, strict=True)
+                    ],
                 )
             if snapshot is not None and snapshot.get("status") in TRANSITIONS[row[0]]:
                 await self._write_snapshot(tx, response_id, snapshot, owner=(row[1], row[2]))
         return True
 
-    async def _end_in_one_trip(self, tx: Tx, response_id: str, events: list[JSON], response: JSON) -> bool:
+    async def _end_in_one_trip(
+        self, tx: Tx, response_id: str, events: list[JSON], response: JSON, times: Times
+    ) -> bool:
         """The end of a running response outside any conversation, as one trip to the SQLite thread.
 
         What :meth:`write_events` + :meth:`_write_final` do, with every statement checking for itself
@@ -416,10 +454,13 @@ class Events:
             )
         if events:
             await tx.writemany(
-                "INSERT INTO rg_events (response_id, seq, event) SELECT ?, ?, ? WHERE EXISTS ("
+                "INSERT INTO rg_events (response_id, seq, event, at_ms) SELECT ?, ?, ?, ? WHERE EXISTS ("
                 + _RUNNING_ALONE
                 + ")",
-                [(response_id, int(e["sequence_number"]), dumps(e), response_id) for e in events],
+                [
+                    (response_id, int(e["sequence_number"]), dumps(e), at, response_id)
+                    for e, at in zip(events, times, strict=True)
+                ],
             )
         changed = await tx.execute(
             "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
@@ -494,6 +535,38 @@ class Events:
                 whole = await whole_response(tx, response_id, stored[0])
                 events = [expand(event, whole) if has_refs(event) else event for event in events]
         return str(row[0]), events
+
+    async def timed_events(
+        self, owner: str, response_id: str, *, after: int = -1, limit: int = 1000
+    ) -> tuple[list[TimedEvent], bool]:
+        """``owner``'s stored events of ``response_id`` after ``after``, with their arrival times
+        (``at_ms``, None for events stored before times were kept), at most ``limit``, and whether
+        more follow. Only what is in the database: a running response's latest events may not be yet."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT 1 FROM rg_responses WHERE id = ? AND owner = ?", response_id, owner
+            )
+            if row is None:
+                raise ResponseNotFound(response_id)
+            rows = await tx.fetch(
+                "SELECT seq, at_ms, event FROM rg_events WHERE response_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                response_id,
+                after,
+                limit + 1,
+            )
+            more = len(rows) > limit
+            events = [orjson.loads(text) for _, _, text in rows[:limit]]
+            if any(has_refs(event) for event in events):
+                stored = await tx.fetchone("SELECT response FROM rg_responses WHERE id = ?", response_id)
+                assert stored is not None
+                whole = await whole_response(tx, response_id, stored[0])
+                events = [expand(event, whole) if has_refs(event) else event for event in events]
+        timed = [
+            TimedEvent(int(seq), None if at is None else int(at), event)
+            for (seq, at, _), event in zip(rows, events, strict=False)
+        ]
+        return timed, more
 
     # ------------------------------------------------------------------------------ compaction
     async def compact_response(self, response_id: str) -> bool:
@@ -577,8 +650,10 @@ class EventRecorder:
         "_flushing",
         "_local",
         "_lock",
+        "_origin",
         "_outbox",
         "_pending",
+        "_pending_at",
         "_pump",
         "recorded",
         "response_id",
@@ -589,8 +664,12 @@ class EventRecorder:
         self.store = store
         self._events = store.events
         self.response_id = response_id
-        self._outbox: list[tuple[list[JSON], JSON | None]] = []
+        self._outbox: list[tuple[list[JSON], JSON | None, int]] = []
         self._pending: list[JSON] = []
+        # Each pending event's arrival time (``at_ms``), milliseconds since ``_origin`` (this
+        # recorder's start, i.e. the response's create): one clock read per add, not per event.
+        self._pending_at: Times = []
+        self._origin = time.monotonic()
         self._lock = asyncio.Lock()
         self._pump: asyncio.Task[None] | None = None
         self._flushing: asyncio.Task[None] | None = None
@@ -621,20 +700,22 @@ class EventRecorder:
         if self._closed or (not events and final is None):
             return
         self.recorded += len(events)
+        at = int((time.monotonic() - self._origin) * 1000)
         terminal = final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events)
         if terminal:
             self._closed = True
         elif self._local is not None and not self._outbox and (self._pump is None or self._pump.done()):
             # The hot path: publish in place, leave the write to the store's group writer.
             self._local.publish_nowait(self.response_id, events)
-            self._queue(events)
+            self._queue(events, at)
             return
-        self._outbox.append((events, final))
+        self._outbox.append((events, final, at))
         if self._pump is None or self._pump.done():
             self._pump = asyncio.get_running_loop().create_task(self._run())
 
-    def _queue(self, events: list[JSON]) -> None:
+    def _queue(self, events: list[JSON], at: int) -> None:
         self._pending.extend(events)
+        self._pending_at.extend([at] * len(events))
         if len(self._pending) >= self._events.flush_events:
             if self._flushing is None or self._flushing.done():
                 self._flushing = asyncio.get_running_loop().create_task(self.flush())
@@ -658,27 +739,30 @@ class EventRecorder:
 
     async def _run(self) -> None:
         while self._outbox:
-            events, final = self._outbox.pop(0)
+            events, final, at = self._outbox.pop(0)
             if final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events):
                 # The end is written before followers see it: whoever reads the response after its
                 # terminal event finds it finished.
                 self._pending.extend(events)
+                self._pending_at.extend([at] * len(events))
                 await self._end(final, events)
                 return
             if events:
                 await self._events.live.publish(self.response_id, events)
-                self._queue(events)
+                self._queue(events, at)
 
     async def flush(self) -> None:
         """Write what is pending now."""
         await self._wait_created()
         async with self._lock:
             events, self._pending = self._pending, []
+            times, self._pending_at = self._pending_at, []
             if events:
                 try:
-                    await self._events.write_events(self.response_id, events, None)
+                    await self._events.write_events(self.response_id, events, None, times)
                 except BaseException:
                     self._pending[:0] = events  # kept for the next write (or the end)
+                    self._pending_at[:0] = times
                     raise
                 self._events.live.flushed()
 
@@ -692,12 +776,13 @@ class EventRecorder:
             await self._wait_created()
             async with self._lock:
                 events, self._pending = self._pending, []
+                times, self._pending_at = self._pending_at, []
                 # The end is one transaction, so a failed attempt left nothing and is simply retried:
                 # a database hiccup must not leave the response "in_progress" for good.
                 written = False
                 for delay in (0.1, 0.5, 2.0, None):
                     try:
-                        await self._events.write_events(self.response_id, events, final)
+                        await self._events.write_events(self.response_id, events, final, times)
                         written = True
                         break
                     except Exception:
@@ -707,7 +792,7 @@ class EventRecorder:
                             log.exception(
                                 "writing the end of response %s failed; will retry", self.response_id
                             )
-                            self._events.retry_end_later(self.response_id, events, final)
+                            self._events.retry_end_later(self.response_id, events, final, times)
                             break
                         await asyncio.sleep(delay)
             self._done = True

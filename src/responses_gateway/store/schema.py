@@ -199,6 +199,10 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
             },
         ],
     ),
+    # Each event's arrival time (store/events.py): milliseconds since the response's recorder started
+    # (its create), so a stored response can be replayed at the pace it streamed. NULL for events
+    # written before this version, and for the closing events recovery adds after a crash.
+    (6, ["ALTER TABLE rg_events ADD COLUMN at_ms BIGINT"]),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -32,7 +32,7 @@ from ..protocol.response import new_id
 from .containers import Containers
 from .conversations import Conversations
 from .db import Database
-from .events import DEFAULT_MAX_RESPONSE_BYTES, EventRecorder, Events
+from .events import DEFAULT_MAX_RESPONSE_BYTES, EventRecorder, Events, TimedEvent, Times
 from .files import Files
 from .history import History
 from .lease import Lease
@@ -164,9 +164,11 @@ class Store:
         """Fail responses left running by dead instances; the ids failed."""
         return await self.lease.recover()
 
-    def retry_end_later(self, response_id: str, events: list[JSON], final: JSON | None) -> None:
+    def retry_end_later(
+        self, response_id: str, events: list[JSON], final: JSON | None, times: Times | None = None
+    ) -> None:
         """Keep the end of a response the database would not take (see :meth:`retry_ends`)."""
-        self.events.retry_end_later(response_id, events, final)
+        self.events.retry_end_later(response_id, events, final, times)
 
     async def retry_ends(self) -> int:
         """Write the ends the database refused earlier (called by the heartbeat and at close); the
@@ -210,6 +212,14 @@ class Store:
         await self.responses.settled(response_id)  # a create written behind its first events
         async for event in self.events.stream_events(owner, response_id, starting_after=starting_after):
             yield event
+
+    async def timed_events(
+        self, owner: str, response_id: str, *, after: int = -1, limit: int = 1000
+    ) -> tuple[list[TimedEvent], bool]:
+        """The stored events of ``owner``'s response after sequence number ``after`` with their arrival
+        times (at most ``limit``), and whether more follow; :class:`ResponseNotFound` otherwise."""
+        await self.responses.settled(response_id)
+        return await self.events.timed_events(owner, response_id, after=after, limit=limit)
 
     async def compact_response(self, response_id: str) -> bool:
         """Store a finished response's text once (store/compaction.py): its events refer into the
