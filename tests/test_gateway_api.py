@@ -264,3 +264,54 @@ def test_no_ui_turns_the_pages_off(tmp_path: Path) -> None:
         assert httpx.get(gateway.url("/ui/app.js"), timeout=10).status_code == 404
     finally:
         gateway.stop()
+
+
+# ------------------------------------------------------------------------------------------ events
+def events_of(gw: Gateway, rid: str, key: str = KEYS[0], **params: Any) -> httpx.Response:
+    return httpx.get(
+        gw.url(f"/v1/gateway/responses/{rid}/events"), params=params, headers=auth(key), timeout=10
+    )
+
+
+def test_a_stored_responses_events_come_with_their_arrival_times(gw: Gateway) -> None:
+    streamed = recorded(gw)
+    rid = streamed[0]["response"]["id"]
+    page = events_of(gw, rid)
+    assert page.status_code == 200, page.text
+    body = page.json()
+    assert body["object"] == "list" and body["has_more"] is False
+    assert [d["event"] for d in body["data"]] == streamed  # what the client was sent, as stored
+    assert [d["sequence_number"] for d in body["data"]] == [e["sequence_number"] for e in streamed]
+    times = [d["at_ms"] for d in body["data"]]
+    assert all(isinstance(t, int) and t >= 0 for t in times) and times == sorted(times), times
+    # Pages: after a sequence number, at most limit.
+    first = events_of(gw, rid, after=1, limit=2).json()
+    assert first["has_more"] is True and first["data"] == body["data"][2:4]
+    rest = events_of(gw, rid, after=len(streamed) - 2, limit=5).json()
+    assert rest["has_more"] is False and rest["data"] == body["data"][-1:]
+    # Owner-scoped: another key's response is not found, like an unknown id.
+    for missing in (events_of(gw, rid, key=KEYS[1]), events_of(gw, "resp_nope")):
+        assert missing.status_code == 404
+        assert (
+            missing.json()["error"]["code"] == "not_found" and "resp_" in missing.json()["error"]["message"]
+        )
+    assert httpx.get(gw.url(f"/v1/gateway/responses/{rid}/events"), timeout=10).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"after": "x"}, "after"),
+        ({"after": "-3"}, "after"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"),
+    ],
+)
+def test_events_refuse_bad_queries(gw: Gateway, params: JSON, param: str) -> None:
+    rid = create(gw, "beta")["id"]
+    response = events_of(gw, rid, **params)
+    assert response.status_code == 400
+    assert (
+        response.json()["error"]["param"] == param
+        and response.json()["error"]["type"] == "invalid_request_error"
+    )
