@@ -41,6 +41,10 @@ turns:
   - when: {input_has: function_call_output}
     steps:
       - message: ["It is ", "sunny ", "in Paris."]
+  - when: {text_contains: take your time}
+    steps:
+      - message: ["Before the pause,", " and after it."]
+        delay: 0.3
   - when: {text_contains: weather}
     steps:
       - reasoning: {summary: [["Checking ", "the weather"]]}
@@ -658,7 +662,7 @@ def test_history_lists_and_reopens_a_response(page: Any, served: Served) -> None
     wait_verdict(page)
     events = stored_events(served, target["id"])
     expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(events)))
-    expect(page.locator("#inspector-title")).to_contain_text("no arrival times kept")
+    expect(page.locator("#inspector-title")).to_contain_text("recorded arrival times")
     assert page.locator("#frames tbody td.type").all_text_contents() == [e["type"] for e in events]
     shot(page, "10-history-reopened")
     page.select_option("#replay-speed", "20")
@@ -667,6 +671,54 @@ def test_history_lists_and_reopens_a_response(page: Any, served: Served) -> None
     expect(page.locator("#replay-output .message .text")).to_have_text("".join(SLOW_TEXT))
     expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(events)))
     assert "no violations" in wait_verdict(page)
+
+
+def frame_times(page: Any) -> list[int]:
+    """The frame list's arrival times (ms, the third column: "+N")."""
+    cells = page.locator("#frames tbody tr td:nth-child(3)").all_text_contents()
+    return [int(c.lstrip("+")) for c in cells]
+
+
+def test_a_reopened_stored_response_replays_at_its_recorded_pace(page: Any, served: Served) -> None:
+    page.click("#new-chat")
+    page.select_option("#model", "demo")
+    send(page, "take your time")
+    expect(page.locator("#transcript .message.assistant .text").last).to_have_text(
+        "Before the pause, and after it."
+    )
+    rid = last_rid(page)
+    wait_verdict(page)
+    page.reload()  # this tab's own capture is gone: the times must come from the store
+    page.click("#tab-history")
+    page.select_option("#h-model", "demo")
+    page.click("#history-filters button[type=submit]")
+    page.locator(f'#history-table tbody tr[data-id="{rid}"]').get_by_role(
+        "button", name=re.compile("Open")
+    ).click()
+    wait_verdict(page)
+    expect(page.locator("#inspector-title")).to_contain_text("recorded arrival times")
+    stored = api(served, f"/v1/gateway/responses/{rid}/events").json()["data"]
+    expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(stored)))
+    # The frame list shows the stored times (ms since the response was created).
+    assert frame_times(page) == [d["at_ms"] for d in stored]
+    deltas = [i for i, d in enumerate(stored) if d["event"]["type"] == "response.output_text.delta"]
+    assert len(deltas) == 2
+    recorded = frame_times(page)
+    # Each delta came after a 300 ms pause of the scripted model (the first 300 ms after the create).
+    assert recorded[deltas[0]] >= 250 and recorded[deltas[1]] - recorded[deltas[0]] >= 250, recorded
+    # Replayed at 1x, the frames arrive with the same gaps.
+    page.select_option("#replay-speed", "1")
+    page.click("#replay")
+    expect(page.locator("#inspector-title")).to_contain_text("Replay of")
+    expect(page.locator("#replay-output .message .text")).to_have_text("Before the pause, and after it.")
+    expect(page.locator("#inspector")).to_have_attribute("data-frames", str(len(stored)))
+    assert "no violations" in wait_verdict(page)
+    replayed = frame_times(page)
+    a, b = deltas
+    assert replayed[b] - replayed[a] >= 250, replayed
+    assert abs((replayed[b] - replayed[a]) - (recorded[b] - recorded[a])) < 150, (recorded, replayed)
+    shot(page, "11-replay-recorded-pace")
+    assert page.problems == []
 
 
 def test_narrow_window_and_keyboard(page: Any) -> None:
@@ -683,6 +735,6 @@ def test_narrow_window_and_keyboard(page: Any) -> None:
     page.keyboard.press("ArrowRight")
     expect(page.locator("#t-items")).to_be_focused()
     expect(page.locator("#t-items")).to_have_attribute("aria-selected", "true")
-    shot(page, "11-narrow")
+    shot(page, "12-narrow")
     page.set_viewport_size({"width": 1400, "height": 900})
     assert page.problems == []

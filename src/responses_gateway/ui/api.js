@@ -111,6 +111,19 @@ export async function streamStored(id, onEvent, signal) {
   return readEvents(response, onEvent);
 }
 
+// A stored response's events as stored, with their recorded arrival times (the gateway's own
+// GET /v1/gateway/responses/{id}/events, page by page): [{sequence_number, at_ms, event}].
+export async function storedTimedEvents(id) {
+  const out = [];
+  let after = "";
+  for (;;) {
+    const page = await getJSON(`/v1/gateway/responses/${encodeURIComponent(id)}/events?limit=1000${after}`);
+    out.push(...page.data);
+    if (!page.has_more || !page.data.length) return out;
+    after = `&after=${page.data[page.data.length - 1].sequence_number}`;
+  }
+}
+
 export const api = {
   models: () => getJSON("/v1/models"),
   response: (id) => getJSON(`/v1/responses/${encodeURIComponent(id)}`),

@@ -1,9 +1,9 @@
 // The playground: chat with any model the gateway serves, every stream shown in the inspector beside
 // it, and the history of stored responses.
-import { api, apiKey, setApiKey, streamResponse, streamStored, APIError } from "./api.js";
+import { api, apiKey, setApiKey, streamResponse, streamStored, storedTimedEvents, APIError } from "./api.js";
 import { el, clear, formatTime } from "./dom.js";
 import { TurnView, userTurn, inputText } from "./render.js";
-import { Inspector } from "./inspector.js";
+import { Inspector, TERMINAL } from "./inspector.js";
 import { Attachments } from "./attachments.js";
 import { parseRecorded } from "./sse.js";
 
@@ -329,8 +329,23 @@ async function inspectResponse(id) {
     return;
   }
   try {
-    const events = await storedEvents(id);
-    await inspector.load(events, { label: `Stored ${id} (no arrival times kept)`, responseId: id });
+    const timed = await storedTimedEvents(id);
+    const events = timed.map((t) => t.event);
+    const last = events[events.length - 1];
+    if ((!last || !TERMINAL.has(last.type)) && ["queued", "in_progress"].includes((await api.response(id)).status)) {
+      // Still running: its stored prefix, then live until it ends (no recorded times for the rest).
+      await inspector.load(await storedEvents(id), { label: `Stored ${id} (followed live: no recorded arrival times)`, responseId: id });
+      return;
+    }
+    if (timed.every((t) => t.at_ms === null)) {
+      await inspector.load(events, { label: `Stored ${id} (stored before arrival times were kept: replayed evenly)`, responseId: id });
+      return;
+    }
+    // The recorded arrival times (ms since the response was created); an event stored without one
+    // (closing events added by crash recovery) takes the time of the one before it.
+    let previous = 0;
+    const times = timed.map((t) => (previous = t.at_ms ?? previous));
+    await inspector.load(events, { label: `Stored ${id} (recorded arrival times)`, times, t0: 0, responseId: id });
   } catch (err) {
     showError(err);
   }

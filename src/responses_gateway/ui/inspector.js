@@ -5,7 +5,7 @@ import { el, clear, pretty, canonical, formatMs } from "./dom.js";
 import { api } from "./api.js";
 import { TurnView } from "./render.js";
 
-const TERMINAL = new Set(["response.completed", "response.incomplete", "response.failed", "response.cancelled"]);
+export const TERMINAL = new Set(["response.completed", "response.incomplete", "response.failed", "response.cancelled"]);
 
 export class Inspector {
   constructor(root, { onError }) {
@@ -270,8 +270,9 @@ export class Inspector {
     await this.end(responseId);
   }
 
-  // Replay the current stream: at its recorded arrival times when this tab saw it live, else evenly
-  // over the Response's recorded duration (the store keeps no arrival times).
+  // Replay the current stream at its arrival times: as this tab saw it live, or as the gateway recorded
+  // them (a stored response loaded with its times registers a capture in end()); else evenly over the
+  // Response's recorded duration (recordings, responses stored before arrival times were kept).
   async replay() {
     const events = [...this.events];
     const capture = this.responseId ? this.captures.get(this.responseId) : null;
