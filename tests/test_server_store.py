@@ -1041,11 +1041,13 @@ def test_the_end_of_a_response_survives_a_database_hiccup(tmp_path: Path) -> Non
             real = store.events.write_events
             failures = [1]
 
-            async def flaky(response_id: str, events: list[JSON], final: JSON | None) -> bool:
+            async def flaky(
+                response_id: str, events: list[JSON], final: JSON | None, times: Any = None
+            ) -> bool:
                 if failures and any(e["type"] == "response.completed" for e in events):
                     failures.pop()
                     raise OSError("database went away for a moment")
-                return await real(response_id, events, final)
+                return await real(response_id, events, final, times)
 
             store.events.write_events = flaky  # type: ignore[method-assign]
             builder.message("hi")
