@@ -72,6 +72,14 @@ def test_past_the_limit_the_client_gets_everything_and_the_store_says_so(gw: Gat
     assert_sound_stream(replay)
     assert terminal_status(replay) == "failed"
     assert sum(len(e.get("delta", "")) for e in replay) < 64 * 1024
+    # The closing events the store added are stamped with the end's time like the rest.
+    timed = httpx.get(gw.url(f"/v1/gateway/responses/{client['id']}/events"), timeout=10).json()["data"]
+    assert [d["event"] for d in timed] == replay
+    times = [d["at_ms"] for d in timed]
+    assert all(isinstance(t, int) for t in times) and times == sorted(times), (
+        times,
+        [d["event"]["type"] for d in timed][-6:],
+    )
 
 
 def test_under_the_limit_nothing_changes(gw: Gateway) -> None:

@@ -333,13 +333,13 @@ class Events:
             times = [None] * len(events)
         size = None
         if self.max_response_bytes is not None:
+            # The closing events of a response past the limit get the end's time (its latest known).
+            end_at = next((at for at in reversed(times) if at is not None), None)
             events, snapshot, size = self._within_limit(response_id, events, snapshot)
             times = times[: len(events)]
             if response_id in self._over and snapshot is not None and snapshot.get("status") in TERMINAL:
                 kept = len(events)
                 events, snapshot = await self._end_over_limit(response_id, events, snapshot)
-                # The closing events added are stamped with the end's time (the last one known).
-                end_at = next((at for at in reversed(times) if at is not None), None)
                 times = [*times, *[end_at] * (len(events) - kept)]
         written = await self._write_events_within_limit(response_id, events, snapshot, times)
         if size is not None:
