@@ -527,13 +527,7 @@ class Events:
                 response_id,
                 after,
             )
-            events = [orjson.loads(text) for (text,) in rows]
-            if any(has_refs(event) for event in events):
-                # A compacted response: its events point into the final Response.
-                stored = await tx.fetchone("SELECT response FROM rg_responses WHERE id = ?", response_id)
-                assert stored is not None
-                whole = await whole_response(tx, response_id, stored[0])
-                events = [expand(event, whole) if has_refs(event) else event for event in events]
+            events = await _expanded(tx, response_id, [orjson.loads(text) for (text,) in rows])
         return str(row[0]), events
 
     async def timed_events(
@@ -556,12 +550,7 @@ class Events:
                 limit + 1,
             )
             more = len(rows) > limit
-            events = [orjson.loads(text) for _, _, text in rows[:limit]]
-            if any(has_refs(event) for event in events):
-                stored = await tx.fetchone("SELECT response FROM rg_responses WHERE id = ?", response_id)
-                assert stored is not None
-                whole = await whole_response(tx, response_id, stored[0])
-                events = [expand(event, whole) if has_refs(event) else event for event in events]
+            events = await _expanded(tx, response_id, [orjson.loads(text) for _, _, text in rows[:limit]])
         timed = [
             TimedEvent(int(seq), None if at is None else int(at), event)
             for (seq, at, _), event in zip(rows, events, strict=False)
@@ -806,3 +795,14 @@ class EventRecorder:
                 await self._events.live.end(self.response_id)
             finally:
                 self._events.cancels.forget(self.response_id)
+
+
+async def _expanded(tx: Tx, response_id: str, events: list[JSON]) -> list[JSON]:
+    """``events`` of ``response_id`` as sent: a compacted response's events point into its final
+    Response (store/compaction.py) and are expanded from it."""
+    if not any(has_refs(event) for event in events):
+        return events
+    stored = await tx.fetchone("SELECT response FROM rg_responses WHERE id = ?", response_id)
+    assert stored is not None
+    whole = await whole_response(tx, response_id, stored[0])
+    return [expand(event, whole) if has_refs(event) else event for event in events]
