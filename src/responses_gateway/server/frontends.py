@@ -21,7 +21,7 @@ from ..protocol.builder import StreamBuilder
 from ..protocol.request import ResponseRequest
 from ..store import Store
 from .errors import HTTPError
-from .streaming import SSE_HEADERS, Record, Sink, failure_error, response_headers, send_body
+from .streaming import SSE_HEADERS, Record, Sink, answer_whole, response_headers
 from .types import Receive, Send
 
 __all__ = ["DialectClient", "DialectSink", "Frames", "renamed", "sse_data", "sse_event"]
@@ -138,13 +138,8 @@ class DialectSink:
             return
         if error is not None:
             raise error
-        builder = self._builder
-        assert builder is not None
-        failed = failure_error(builder.response)
-        if failed is not None:
-            raise failed
-        sealed = self._seal([{"type": "response", "response": builder.response}])[0]["response"]
-        await send_body(self._send, self._body(sealed), builder)
+        assert self._builder is not None
+        await answer_whole(self._send, self._builder, self._seal, self._body)
 
     async def stopped(self, tail: list[JSON], gone: bool) -> None:
         if gone:

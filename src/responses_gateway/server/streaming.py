@@ -47,10 +47,9 @@ __all__ = [
     "Recording",
     "SSESink",
     "Sink",
+    "answer_whole",
     "drive",
-    "failure_error",
     "follow_stream",
-    "send_body",
     "stop_all_runs",
     "stop_run",
 ]
@@ -671,6 +670,18 @@ def failure_error(response: JSON) -> HTTPError | None:
     return HTTPError(status, failure.get("message") or GENERIC_FAILURE, type=etype, code=code)
 
 
+async def answer_whole(
+    send: Send, builder: StreamBuilder, seal: Seal, encode: Callable[[JSON], bytes]
+) -> None:
+    """A finished Response as one body (``encode``: OpenAI's JSON, or a dialect's), presented by
+    ``seal``; a failed one is raised as its HTTP error instead."""
+    failed = failure_error(builder.response)
+    if failed is not None:
+        raise failed
+    sealed = seal([{"type": "response", "response": builder.response}])[0]["response"]
+    await send_body(send, encode(sealed), builder)
+
+
 async def send_body(send: Send, body: bytes, builder: StreamBuilder) -> None:
     """A whole JSON answer (its headers name the response, like the stream's)."""
     headers = response_headers([*JSON_HEADERS, (b"content-length", str(len(body)).encode())], builder)
@@ -718,13 +729,8 @@ class JSONSink:
     async def done(self, error: HTTPError | None) -> None:
         if error is not None:
             raise error
-        builder = self._builder
-        assert builder is not None
-        failed = failure_error(builder.response)
-        if failed is not None:
-            raise failed
-        sealed = self._seal([{"type": "response", "response": builder.response}])[0]["response"]
-        await send_body(self._send, orjson.dumps(sealed), builder)
+        assert self._builder is not None
+        await answer_whole(self._send, self._builder, self._seal, orjson.dumps)
 
     async def stopped(self, tail: list[JSON], gone: bool) -> None:
         builder = self._builder
