@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .. import documents
-from ..store import Store
+from ..store import NotFound, Store
 from ..store.vector_stores import VectorStoreTables
 from .chunking import chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
@@ -319,12 +319,7 @@ class VectorStores:
         """The hits of one vector store, best first."""
         found = await self.tables.get_store(owner, store_id)
         text = query if isinstance(query, str) else " ".join(query)
-        weights, threshold = _ranking(ranking_options)
-        if filters is not None:
-            try:
-                check_filter(filters)
-            except FilterError as exc:
-                raise RetrievalError(str(exc), "filters") from None
+        weights, threshold = _options(filters, ranking_options)
         embedder = self.embedder(str(found["embedding_model"]))
         dimensions = int(found["dimensions"])
         files = await self.tables.searchable_files(store_id)
@@ -352,7 +347,6 @@ class VectorStores:
             await asyncio.gather(text_side, return_exceptions=True)
             raise
         text_ids = await text_side
-        w_vec, w_text = weights
         scores: dict[int, float] = {}
         for weight, ids in ((w_vec, vector_ids), (w_text, text_ids)):
             for rank, chunk_id in enumerate(ids, start=1):
@@ -414,8 +408,6 @@ class VectorStores:
     ) -> list[dict[str, Any]]:
         """Hits across ``vector_store_ids``, best first; ``LookupError(id)`` for a store the owner
         does not have. The ``/v1/vector_stores/{id}/search`` endpoint runs the same code."""
-        from ..store import NotFound
-
         hits: list[JSON] = []
         for store_id in vector_store_ids:
             if owner is None:
@@ -433,6 +425,36 @@ class VectorStores:
                 raise LookupError(store_id) from None
         hits.sort(key=lambda h: -float(h["score"]))
         return hits[:max_num_results]
+
+    async def check_for_tool(
+        self,
+        owner: str | None,
+        vector_store_ids: Sequence[str],
+        *,
+        filters: dict[str, Any] | None,
+        ranking_options: dict[str, Any] | None,
+    ) -> None:
+        """What :meth:`search_for_tool` would refuse, found without searching (no query embedded):
+        ``LookupError(id)`` for a store the owner does not have, ``RetrievalError`` for a bad filter or
+        ranking option."""
+        _options(filters, ranking_options)
+        for store_id in vector_store_ids:
+            if owner is None:
+                raise LookupError(store_id)
+            try:
+                await self.tables.get_store(owner, store_id)
+            except NotFound:
+                raise LookupError(store_id) from None
+
+
+def _options(filters: JSON | None, ranking_options: JSON | None) -> tuple[tuple[float, float], float]:
+    """The weights and threshold of ``ranking_options``, once ``filters`` are checked too."""
+    if filters is not None:
+        try:
+            check_filter(filters)
+        except FilterError as exc:
+            raise RetrievalError(str(exc), "filters") from None
+    return _ranking(ranking_options)
 
 
 async def _nothing() -> list[int]:

@@ -73,6 +73,18 @@ class Searcher(Protocol):
         ``LookupError(vector_store_id)`` for a store the owner does not have."""
         ...
 
+    async def check_for_tool(
+        self,
+        owner: str | None,
+        vector_store_ids: Sequence[str],
+        *,
+        filters: dict[str, Any] | None,
+        ranking_options: dict[str, Any] | None,
+    ) -> None:
+        """Raises what :meth:`search_for_tool` would (``LookupError``, ``ValueError`` for a bad filter
+        or ranking option) without searching: a request's tool is checked before the first turn."""
+        ...
+
 
 class FileSearch(HostedTool):
     results: ResultLog
@@ -138,9 +150,7 @@ class FileSearch(HostedTool):
         # Every store must be the caller's, and the filters valid: a 400 now, not a failed call later.
         assert self.searcher is not None
         try:
-            await self.searcher.search_for_tool(
-                ctx.owner, ids, "file", max_num_results=1, filters=filters, ranking_options=ranking
-            )
+            await self.searcher.check_for_tool(ctx.owner, ids, filters=filters, ranking_options=ranking)
         except LookupError as exc:
             missing = str(exc.args[0]) if exc.args else ""
             at = ids.index(missing) if missing in ids else 0
