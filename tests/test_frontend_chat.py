@@ -304,9 +304,9 @@ BAD_REQUESTS: list[tuple[JSON, int, str | None, str]] = [
     ({"model": "plain"}, 400, "messages", "Missing required parameter: 'messages'"),
     ({"messages": USER}, 400, "model", "Missing required parameter: 'model'"),
     ({"model": "plain", "messages": []}, 400, "messages", "non-empty"),
-    ({"model": "plain", "messages": USER, "n": 2}, 400, "n", "'n' must be 1"),
-    ({"model": "plain", "messages": USER, "stop": ["\n"]}, 400, "stop", "'stop' is not supported"),
-    ({"model": "plain", "messages": USER, "seed": 3}, 400, "seed", "'seed' is not supported"),
+    ({"model": "plain", "messages": USER, "n": 9}, 400, "n", "Expected a value <= 8"),
+    ({"model": "plain", "messages": USER, "stop": ["\n"] * 5}, 400, "stop", "maximum length 4"),
+    ({"model": "plain", "messages": USER, "seed": 3.5}, 400, "seed", "expected an integer"),
     (
         {"model": "plain", "messages": USER, "frobnicate": 1},
         400,

@@ -292,7 +292,7 @@ BAD: list[tuple[JSON, int, str, str]] = [
     ({"max_tokens": 8, "messages": USER}, 400, "invalid_request_error", "model: Field required"),
     ({"model": "think", "max_tokens": 0, "messages": USER}, 400, "invalid_request_error", "max_tokens"),
     (
-        {"model": "think", "max_tokens": 8, "messages": USER, "stop_sequences": ["x"]},
+        {"model": "think", "max_tokens": 8, "messages": USER, "stop_sequences": [""]},
         400,
         "invalid_request_error",
         "stop_sequences",

@@ -20,6 +20,7 @@ from . import events
 from .events import TERMINAL_EVENTS
 from .json_field import StringFieldStream
 from .response import ID_PREFIXES, JSON, make_usage, new_id
+from .stop import StopScanner
 
 __all__ = [
     "TERMINAL_EVENTS",
@@ -176,6 +177,13 @@ class StreamBuilder:
         self.annotate_text: Callable[[str], list[JSON]] | None = None
         self.defer_finish = False
         self.turn_status: tuple[str, str | None] | None = None
+        # Set by the engine (engine/stop.py) for a request with stop sequences: ``output_text`` is cut
+        # before the first occurrence (protocol/stop.py); once one is found, later text is dropped.
+        self.stop: StopScanner | None = None
+        # The stop sequence that ended the output: the one ``stop`` found, or the one a back end that
+        # takes stop sequences natively reported (Anthropic does). The front ends read it.
+        self.stopped_by: str | None = None
+        self._held_logprobs: list[JSON] = []
 
     # ------------------------------------------------------------------ draining
     def take(self) -> list[JSON]:
@@ -388,6 +396,11 @@ class StreamBuilder:
         kind = item.part_kind
         if kind is None:
             return
+        if kind == "output_text" and self.stop is not None:
+            # The part ends: text held back as a possible stop sequence's beginning was not one.
+            held, logprobs, self._held_logprobs = self.stop.flush(), self._held_logprobs, []
+            if held:
+                self._emit_text(item, held, logprobs)
         text = "".join(item.buf)
         if kind == "output_text" and self.annotate_text is not None:
             for annotation in self.annotate_text(text):
@@ -424,6 +437,26 @@ class StreamBuilder:
         self._live(item, "message")
         if item.part_kind != "output_text":
             self._open_part(item, "output_text")
+        stop = self.stop
+        if stop is not None:
+            if stop.matched is not None:
+                return  # past a stop sequence: nothing more is output
+            delta = stop.feed(delta)
+            if stop.matched is not None:
+                self.stopped_by = stop.matched
+            if logprobs:
+                self._held_logprobs.extend(logprobs)
+            if not delta:
+                return
+            logprobs, self._held_logprobs = self._held_logprobs, []
+        self._emit_text(item, delta, logprobs)
+
+    @property
+    def held_text(self) -> str:
+        """Output text given to :meth:`text_delta` but not sent yet: it may begin a stop sequence."""
+        return self.stop.held if self.stop is not None else ""
+
+    def _emit_text(self, item: Item, delta: str, logprobs: list[JSON] | None) -> None:
         item.buf.append(delta)
         if logprobs:
             item.data["content"][item.content_index]["logprobs"].extend(logprobs)

@@ -24,9 +24,11 @@ What maps to what:
   from a Responses client with ``previous_response_id``. (OpenAI's own ``store`` keeps completions
   for its dashboards and ``GET /v1/chat/completions/{id}``, which this gateway does not serve.)
   Without it nothing is kept.
-- ``n`` above 1, ``stop``, ``seed``, ``logit_bias``, ``audio``/``modalities``, ``prediction``,
-  ``moderation`` and ``web_search_options`` are refused with a 400 naming them (the engine has no
-  way to honour them).
+- ``stop`` (a string or up to 4) and ``seed`` are engine options beside the Responses body
+  (:class:`ChatOptions`); ``n`` (up to :data:`MAX_CHOICES`) is the number of runs the server makes,
+  each a choice (:class:`ChatStream` per choice with its ``index``, :func:`completion_from_responses`).
+- ``logit_bias``, ``audio``/``modalities``, ``prediction``, ``moderation`` and
+  ``web_search_options`` are refused with a 400 naming them (the engine has no way to honour them).
 """
 
 from __future__ import annotations
@@ -35,14 +37,18 @@ import time
 from typing import Any
 
 from .request import RequestError
+from .stop import check_stop
 
 __all__ = [
+    "MAX_CHOICES",
+    "MAX_STOP",
     "ChatOptions",
     "ChatStream",
     "chat_param",
     "chat_request",
     "chat_usage",
     "completion_from_response",
+    "completion_from_responses",
     "finish_reason",
 ]
 
@@ -65,8 +71,6 @@ _SAME = (
 )
 # Refused: the engine cannot honour them, and silently ignoring them would change answers.
 _REFUSED = {
-    "stop": "'stop' is not supported by this gateway: its back ends take no stop sequences.",
-    "seed": "'seed' is not supported by this gateway.",
     "logit_bias": "'logit_bias' is not supported by this gateway.",
     "audio": "Audio output is not supported by this gateway.",
     "modalities": "Only text output is supported by this gateway.",
@@ -87,6 +91,8 @@ _KNOWN = frozenset(
         "max_tokens",
         "max_completion_tokens",
         "n",
+        "stop",
+        "seed",
         "stream_options",
         "logprobs",
         "top_logprobs",
@@ -99,15 +105,31 @@ _KNOWN = frozenset(
     }
 )
 MAX_MESSAGES = 10_000
+# Choices one request may ask for (``n``): each is a run of the model.
+MAX_CHOICES = 8
+# Stop sequences one request may give (OpenAI's limit).
+MAX_STOP = 4
 
 
 class ChatOptions:
-    """What the reply needs to know of the request: streamed, usage chunk, logprobs."""
+    """What the reply needs to know of the request (streamed, usage chunk, logprobs, choices) and the
+    engine options the Responses body has no field for (``stop``, ``seed``)."""
 
-    __slots__ = ("include_usage", "logprobs", "model", "stream")
+    __slots__ = ("include_usage", "logprobs", "model", "n", "seed", "stop", "stream")
 
-    def __init__(self, model: str, stream: bool, include_usage: bool, logprobs: bool) -> None:
+    def __init__(
+        self,
+        model: str,
+        stream: bool,
+        include_usage: bool,
+        logprobs: bool,
+        *,
+        n: int = 1,
+        stop: tuple[str, ...] = (),
+        seed: int | None = None,
+    ) -> None:
         self.model, self.stream, self.include_usage, self.logprobs = model, stream, include_usage, logprobs
+        self.n, self.stop, self.seed = n, stop, seed
 
 
 def _bad(message: str, param: str | None, code: str = "invalid_value") -> RequestError:
@@ -338,8 +360,29 @@ def chat_request(body: Any) -> tuple[JSON, ChatOptions]:
             f"Invalid 'messages': at most {MAX_MESSAGES} messages.", "messages", "array_above_max_length"
         )
     n = body.get("n")
-    if n is not None and n != 1:
-        raise _bad("'n' must be 1: this gateway answers one choice per request.", "n", "unsupported_value")
+    if n is None:
+        n = 1
+    elif not isinstance(n, int) or isinstance(n, bool):
+        raise _type_error("n", "an integer", n)
+    elif n < 1:
+        raise _bad(
+            f"Invalid 'n': integer below minimum value. Expected a value >= 1, but got {n} instead.",
+            "n",
+            "integer_below_min_value",
+        )
+    elif n > MAX_CHOICES:
+        raise _bad(
+            f"Invalid 'n': integer above maximum value. Expected a value <= {MAX_CHOICES}, but got {n} "
+            "instead.",
+            "n",
+            "integer_above_max_value",
+        )
+    stop = check_stop(body.get("stop"), "stop", limit=MAX_STOP, allow_string=True)
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise _type_error("seed", "an integer", seed)
+    if seed is not None and not -(2**63) <= seed < 2**63:
+        raise _bad("Invalid 'seed': expected a 64-bit integer.", "seed")
     items: list[JSON] = []
     for i, message in enumerate(messages):
         _message(message, f"messages[{i}]", items)
@@ -392,7 +435,7 @@ def chat_request(body: Any) -> tuple[JSON, ChatOptions]:
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options"
             )
         include_usage = options.get("include_usage") is True
-    return out, ChatOptions(model, stream, include_usage, logprobs)
+    return out, ChatOptions(model, stream, include_usage, logprobs, n=n, stop=stop, seed=seed)
 
 
 # The Responses fields a Chat Completions field became, for errors raised past the translation.
@@ -474,6 +517,50 @@ def chat_id(response_id: str) -> str:
 
 def completion_from_response(response: JSON, options: ChatOptions) -> JSON:
     """A finished (completed or incomplete) Response as one ``chat.completion`` object."""
+    return completion_from_responses([response], options)
+
+
+def completion_from_responses(responses: list[JSON], options: ChatOptions) -> JSON:
+    """Finished Responses, one per choice (``n``), as one ``chat.completion``: the first one's id and
+    model, a choice per Response in order, their usage summed."""
+    first = responses[0]
+    usages = [chat_usage(r.get("usage")) for r in responses]
+    return {
+        "id": chat_id(str(first.get("id", ""))),
+        "object": "chat.completion",
+        "created": int(first.get("created_at") or time.time()),
+        "model": first.get("model") or options.model,
+        "system_fingerprint": None,
+        "service_tier": first.get("service_tier"),
+        "choices": [_choice(r, index, options) for index, r in enumerate(responses)],
+        "usage": sum_usage(usages),
+    }
+
+
+def sum_usage(usages: list[JSON | None]) -> JSON | None:
+    """Chat Completions usages added up (the choices of one request); None if none has any."""
+    known = [u for u in usages if u is not None]
+    if not known:
+        return None
+    total = known[0]
+    for usage in known[1:]:
+        total = {
+            "prompt_tokens": total["prompt_tokens"] + usage["prompt_tokens"],
+            "completion_tokens": total["completion_tokens"] + usage["completion_tokens"],
+            "total_tokens": total["total_tokens"] + usage["total_tokens"],
+            "prompt_tokens_details": {
+                "cached_tokens": total["prompt_tokens_details"]["cached_tokens"]
+                + usage["prompt_tokens_details"]["cached_tokens"]
+            },
+            "completion_tokens_details": {
+                "reasoning_tokens": total["completion_tokens_details"]["reasoning_tokens"]
+                + usage["completion_tokens_details"]["reasoning_tokens"]
+            },
+        }
+    return total
+
+
+def _choice(response: JSON, index: int, options: ChatOptions) -> JSON:
     texts: list[str] = []
     refusals: list[str] = []
     reasoning: list[str] = []
@@ -526,21 +613,10 @@ def completion_from_response(response: JSON, options: ChatOptions) -> JSON:
     if reasoning:
         message["reasoning_content"] = "\n\n".join(reasoning)
     return {
-        "id": chat_id(str(response.get("id", ""))),
-        "object": "chat.completion",
-        "created": int(response.get("created_at") or time.time()),
-        "model": response.get("model") or options.model,
-        "system_fingerprint": None,
-        "service_tier": response.get("service_tier"),
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": {"content": logprobs, "refusal": None} if options.logprobs else None,
-                "finish_reason": finish_reason(response),
-            }
-        ],
-        "usage": chat_usage(response.get("usage")),
+        "index": index,
+        "message": message,
+        "logprobs": {"content": logprobs, "refusal": None} if options.logprobs else None,
+        "finish_reason": finish_reason(response),
     }
 
 
@@ -553,27 +629,43 @@ class ChatStream:
     :meth:`feed` takes one event and returns the chunks it makes (often none); after the terminal
     event :attr:`done` is set. A failure becomes the one chunk OpenAI sends for an error mid-stream,
     ``{"error": {...}}``, and the stream ends without ``[DONE]`` (:attr:`failed`).
+
+    With ``n`` > 1 there is one per choice: ``index`` is the choice's, ``head`` the completion's id
+    and ``created`` (those of the first choice's Response, for every choice), and ``usage`` False
+    leaves the usage chunk to the server, which sums the choices'.
     """
 
     __slots__ = (
         "_calls",
         "_created",
+        "_fixed",
         "_id",
+        "_index",
         "_last_reasoning",
         "_model",
         "_reasoning",
         "_seen",
         "_sent",
         "_started",
+        "_usage",
         "done",
         "failed",
         "options",
     )
 
-    def __init__(self, options: ChatOptions) -> None:
+    def __init__(
+        self,
+        options: ChatOptions,
+        *,
+        index: int = 0,
+        head: tuple[str, int] | None = None,
+        usage: bool = True,
+    ) -> None:
         self.options = options
-        self._id = "chatcmpl-"
-        self._created = int(time.time())
+        self._index = index
+        self._usage = usage
+        self._fixed = head is not None
+        self._id, self._created = head if head is not None else ("chatcmpl-", int(time.time()))
         self._model = options.model
         self._started = False
         self._calls: dict[str, int] = {}  # function_call item id -> tool_calls index
@@ -593,7 +685,7 @@ class ChatStream:
             "system_fingerprint": None,
             "choices": [
                 {
-                    "index": 0,
+                    "index": self._index,
                     "delta": delta,
                     "logprobs": {"content": logprobs, "refusal": None} if logprobs is not None else None,
                     "finish_reason": finish,
@@ -617,9 +709,9 @@ class ChatStream:
         out: list[JSON] = []
         if kind in ("response.created", "response.queued", "response.in_progress"):
             response = event.get("response") or {}
-            if response.get("id"):
+            if response.get("id") and not self._fixed:
                 self._id = chat_id(str(response["id"]))
-            if response.get("created_at"):
+            if response.get("created_at") and not self._fixed:
                 self._created = int(response["created_at"])
             self._model = response.get("model") or self._model
             self._start(out)
@@ -697,7 +789,7 @@ class ChatStream:
                 )
                 return out
             out.append(self._chunk({}, finish_reason(response)))
-            if self.options.include_usage:
+            if self.options.include_usage and self._usage:
                 usage_chunk = self._chunk({})
                 usage_chunk["choices"] = []
                 usage_chunk["usage"] = chat_usage(response.get("usage"))

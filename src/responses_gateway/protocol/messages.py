@@ -22,8 +22,11 @@ What maps to what:
   schema) → ``text.format`` (structured output).
 - Accepted and ignored (no effect on the answer): ``cache_control``, ``speed``, ``inference_geo``,
   ``diagnostics``, ``user_profile_id``, ``workspace_id``, ``service_tier``.
-- ``stop_sequences``, ``top_k``, server tools, ``mcp_servers``, ``container`` and
-  ``context_management`` are refused (400).
+- ``stop_sequences`` (:func:`stop_sequences`: at most :data:`MAX_STOP_SEQUENCES`) are engine options
+  beside the Responses body; the reply's ``stop_reason`` is ``stop_sequence`` and ``stop_sequence``
+  names the one that ended the output (``stopped_by``, from the engine or an Anthropic upstream).
+- ``top_k``, server tools, ``mcp_servers``, ``container`` and ``context_management`` are refused
+  (400).
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from typing import Any
 import orjson
 
 from .request import RequestError
+from .stop import check_stop
 
 __all__ = [
+    "MAX_STOP_SEQUENCES",
     "MessagesStream",
     "Opener",
     "Signer",
@@ -47,6 +52,7 @@ __all__ = [
     "messages_param",
     "messages_request",
     "stop_reason",
+    "stop_sequences",
 ]
 
 JSON = dict[str, Any]
@@ -86,14 +92,13 @@ _KNOWN = frozenset(
     }
 )
 _REFUSED = {
-    "stop_sequences": "'stop_sequences' is not supported by this gateway: its back ends take no stop "
-    "sequences.",
     "top_k": "'top_k' is not supported by this gateway.",
     "mcp_servers": "'mcp_servers' is not supported by this gateway.",
     "container": "'container' is not supported by this gateway.",
     "context_management": "'context_management' is not supported by this gateway.",
 }
 MAX_MESSAGES = 10_000
+MAX_STOP_SEQUENCES = 32
 
 
 def _bad(message: str, param: str | None = None, code: str = "invalid_value") -> RequestError:
@@ -468,14 +473,22 @@ def messages_param(param: str | None) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------- replies
-def stop_reason(response: JSON) -> str:
-    """A finished Response's Anthropic ``stop_reason``."""
+def stop_sequences(body: Any) -> tuple[str, ...]:
+    """A Messages create body's ``stop_sequences``, validated (RequestError naming them)."""
+    value = body.get("stop_sequences") if isinstance(body, dict) else None
+    return check_stop(value, "stop_sequences", limit=MAX_STOP_SEQUENCES, allow_string=False)
+
+
+def stop_reason(response: JSON, stop_sequence: str | None = None) -> str:
+    """A finished Response's Anthropic ``stop_reason`` (``stop_sequence``: the one that ended it)."""
     output = response.get("output") or []
     if response.get("status") == "incomplete":
         reason = (response.get("incomplete_details") or {}).get("reason")
         return "refusal" if reason == "content_filter" else "max_tokens"
     if any(item.get("type") == "function_call" for item in output):
         return "tool_use"
+    if stop_sequence is not None:
+        return "stop_sequence"
     refused = any(
         part.get("type") == "refusal"
         for item in output
@@ -513,8 +526,11 @@ def _has_state(item: JSON) -> bool:
     return bool(item.get("encrypted_content"))
 
 
-def message_from_response(response: JSON, model: str, signer: Signer) -> JSON:
-    """A finished (completed or incomplete) Response as one Anthropic ``message`` object."""
+def message_from_response(
+    response: JSON, model: str, signer: Signer, stop_sequence: str | None = None
+) -> JSON:
+    """A finished (completed or incomplete) Response as one Anthropic ``message`` object
+    (``stop_sequence``: the stop sequence that ended it, if one did)."""
     content: list[JSON] = []
     for item in response.get("output") or []:
         kind = item.get("type")
@@ -549,8 +565,8 @@ def message_from_response(response: JSON, model: str, signer: Signer) -> JSON:
         "role": "assistant",
         "model": response.get("model") or model,
         "content": content,
-        "stop_reason": stop_reason(response),
-        "stop_sequence": None,
+        "stop_reason": (reason := stop_reason(response, stop_sequence)),
+        "stop_sequence": stop_sequence if reason == "stop_sequence" else None,
         "usage": anthropic_usage(response.get("usage")),
     }
 
@@ -580,6 +596,7 @@ class MessagesStream:
         "done",
         "failed",
         "signer",
+        "stop_sequence",
     )
 
     def __init__(self, model: str, signer: Signer) -> None:
@@ -594,6 +611,8 @@ class MessagesStream:
         self._kinds: dict[str, str] = {}  # reasoning item id -> the kind of text it streams
         self.done = False
         self.failed = False
+        # Set by the server before the terminal event: the stop sequence that ended the output.
+        self.stop_sequence: str | None = None
 
     def _open(self, key: str, block: JSON, out: list[tuple[str, JSON]]) -> int:
         self._seen.add(key)
@@ -752,7 +771,10 @@ class MessagesStream:
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": stop_reason(response), "stop_sequence": None},
+                    "delta": {
+                        "stop_reason": (reason := stop_reason(response, self.stop_sequence)),
+                        "stop_sequence": self.stop_sequence if reason == "stop_sequence" else None,
+                    },
                     "usage": anthropic_usage(response.get("usage")),
                 },
             )

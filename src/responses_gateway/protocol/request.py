@@ -85,6 +85,12 @@ class ResponseRequest:
     client_metadata: JSON | None = None
     stream_options: JSON | None = None
     prompt: JSON | None = None
+    # Engine options the Responses API has no field for, set by the other front ends (Chat
+    # Completions' ``stop``/``seed``, Messages' ``stop_sequences``), never parsed from a Responses
+    # body: the output is cut before the first stop sequence (natively by back ends that take them,
+    # by the engine for the others: engine/stop.py); ``seed`` goes to back ends that take one.
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
 
     def echo(self) -> JSON:
         """The request fields a Response reports back (keyword arguments for ``new_response``)."""

@@ -523,6 +523,8 @@ def build_messages_body(
     user = request.safety_identifier or request.user
     if user:
         body["metadata"] = {"user_id": user}
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
     if opts.prompt_caching:
         # "24h" is beyond Anthropic's longest cache lifetime; its 1h tier is the closest honest match.
         _mark_cache_breakpoints(body, "1h" if request.prompt_cache_retention == "24h" else None)
@@ -658,6 +660,9 @@ class _Turn:
         elif kind == "message_delta":
             delta = data.get("delta") or {}
             self.stop_reason = delta.get("stop_reason") or self.stop_reason
+            if self.stop_reason == "stop_sequence" and isinstance(delta.get("stop_sequence"), str):
+                # Which of the request's stop sequences ended the turn, for the Messages front end.
+                self.b.stopped_by = delta["stop_sequence"]
             self.stop_details = delta.get("stop_details") or self.stop_details
             # Usage in message_delta is cumulative: it replaces, never adds (pitfall 10).
             if isinstance(data.get("usage"), dict):

@@ -103,6 +103,8 @@ _FILTERED = frozenset(
 )
 _COMPLETED = frozenset({"STOP", "FINISH_REASON_UNSPECIFIED"})
 _STATE_PREFIX = "rggem1."
+# The stop sequences Gemini takes (generationConfig.stopSequences).
+MAX_NATIVE_STOP = 5
 # Where Vertex's streamed partialArgs put a custom tool's one string argument.
 _INPUT_PATH = f"$.{INPUT_KEY}"
 _DATA_URL = re.compile(r"^data:([^;,]+)?((?:;[^;,]*)*?);base64,(.*)$", re.S)
@@ -379,6 +381,11 @@ def build_gemini_body(
         generation["presencePenalty"] = request.presence_penalty
     if request.frequency_penalty is not None:
         generation["frequencyPenalty"] = request.frequency_penalty
+    if request.stop and len(request.stop) <= MAX_NATIVE_STOP:
+        # Past Gemini's limit the engine alone enforces them.
+        generation["stopSequences"] = list(request.stop)
+    if request.seed is not None:
+        generation["seed"] = request.seed
     fmt = request.text.get("format") or {}
     if fmt.get("type") == "json_schema":
         generation["responseMimeType"] = "application/json"

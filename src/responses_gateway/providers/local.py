@@ -511,7 +511,13 @@ class LocalProvider(Provider):
 
     # ------------------------------------------------------------------ sampling
     def _sampler(
-        self, grammar: str | None, temperature: float, top_p: float, *, penalize: bool = False
+        self,
+        grammar: str | None,
+        temperature: float,
+        top_p: float,
+        *,
+        penalize: bool = False,
+        seed: int | None = None,
     ) -> Any:
         from llama_cpp import llama_cpp as capi
 
@@ -540,7 +546,10 @@ class LocalProvider(Provider):
             if penalize and MIN_P > 0.0:
                 capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_min_p(MIN_P, 1))
             capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_temp(temperature))
-            seed = self.seed if self.seed is not None else int.from_bytes(os.urandom(4), "little")
+            # The request's seed (Chat Completions' ``seed``), else the provider's, else a random one.
+            if seed is None:
+                seed = self.seed if self.seed is not None else int.from_bytes(os.urandom(4), "little")
+            seed &= 0xFFFFFFFF  # llama.cpp's seed is 32 bits
             capi.llama_sampler_chain_add(chain, capi.llama_sampler_init_dist(seed))
         return chain
 
@@ -764,12 +773,14 @@ class LocalProvider(Provider):
         try:
             # Free text may repeat itself: penalized unless the answer is JSON or calls only.
             penalize = spec.allow_text and spec.text_schema is None
-            free = self._sampler(None, temperature, top_p, penalize=penalize)
+            free = self._sampler(None, temperature, top_p, penalize=penalize, seed=request.seed)
         except BaseException:
             self._release()
             raise
         try:
-            constrained = self._sampler(grammar, temperature, top_p) if grammar is not None else None
+            constrained = (
+                self._sampler(grammar, temperature, top_p, seed=request.seed) if grammar is not None else None
+            )
         except BaseException:
             capi.llama_sampler_free(free)
             self._release()

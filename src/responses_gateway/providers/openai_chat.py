@@ -67,6 +67,8 @@ StructuredOutput = Literal["json_schema", "json_object_schema"]
 NamedToolChoice = Literal["object", "only_tool"]
 
 _STATE_PREFIX = "rgchat1."
+# The stop sequences a Chat Completions upstream takes (OpenAI's limit).
+MAX_NATIVE_STOP = 4
 _REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning")
 # Hosts whose servers understand only max_completion_tokens for reasoning models (and accept it for all).
 _COMPLETION_TOKENS_HOSTS = ("api.openai.com", ".openai.azure.com", ".azure.com")
@@ -411,6 +413,11 @@ def build_chat_body(
         body["frequency_penalty"] = request.frequency_penalty
     if request.max_output_tokens is not None:
         body[_max_tokens_field(dialect, base_url)] = request.max_output_tokens
+    if request.stop and len(request.stop) <= MAX_NATIVE_STOP:
+        # More than Chat Completions takes (a Messages client's): the engine alone enforces them.
+        body["stop"] = list(request.stop)
+    if request.seed is not None:
+        body["seed"] = request.seed
     fmt = request.text.get("format") or {}
     if fmt.get("type") == "json_schema":
         schema: JSON = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}

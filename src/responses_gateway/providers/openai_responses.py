@@ -237,11 +237,12 @@ class ResponsesRelay:
                 item.data[key] = value
             b.close_item(item, status=status)
 
-    def _fill_buffer(self, item: Item, final: Any, delta: Any) -> None:
-        """Send what the upstream's final value has beyond what was streamed (done without deltas)."""
+    def _fill_buffer(self, item: Item, final: Any, delta: Any, held: str = "") -> None:
+        """Send what the upstream's final value has beyond what was streamed (done without deltas;
+        ``held``: text given to the builder but held back by its stop sequence scanner)."""
         if not isinstance(final, str):
             return
-        streamed = "".join(item.buf)
+        streamed = "".join(item.buf) + held
         if final.startswith(streamed) and len(final) > len(streamed):
             delta(item, final[len(streamed) :])
         elif not final.startswith(streamed):
@@ -263,7 +264,7 @@ class ResponsesRelay:
                 elif kind != "refusal":
                     continue
             if kind == "output_text":
-                self._fill_buffer(item, part.get("text"), self.b.text_delta)
+                self._fill_buffer(item, part.get("text"), self.b.text_delta, self.b.held_text)
                 for annotation in part.get("annotations") or []:
                     if annotation not in item.data["content"][item.content_index]["annotations"]:
                         self.b.annotation(item, annotation)
@@ -327,7 +328,7 @@ class ResponsesRelay:
     def _text_done(self, event: JSON) -> None:
         item = self._item(event)
         if item is not None and item.kind == "message" and item.part_kind == "output_text":
-            self._fill_buffer(item, event.get("text"), self.b.text_delta)
+            self._fill_buffer(item, event.get("text"), self.b.text_delta, self.b.held_text)
             self.dirty = True
 
     def _annotation(self, event: JSON) -> None:

@@ -78,6 +78,16 @@ class DialectSink:
         self._ping: asyncio.Task[None] | None = None
 
     @property
+    def response(self) -> JSON | None:
+        """The run's Response as it stands (once the run has begun)."""
+        return self._builder.response if self._builder is not None else None
+
+    @property
+    def stopped_by(self) -> str | None:
+        """The stop sequence that ended the run's output, if one did (``StreamBuilder.stopped_by``)."""
+        return self._builder.stopped_by if self._builder is not None else None
+
+    @property
     def refusable(self) -> bool:
         return not (self._started if self._frames is not None else self._yielded)
 

@@ -24,6 +24,7 @@ from ..protocol.messages import (
     message_from_response,
     messages_param,
     messages_request,
+    stop_sequences,
 )
 from ..protocol.request import RequestError
 from ..providers.base import ProviderError
@@ -94,46 +95,55 @@ class MessagesAPI:
 
         return sign, open_
 
-    async def _translate(self, scope: Scope, receive: Receive, *, counting: bool) -> tuple[str, JSON, Any]:
+    async def _translate(
+        self, scope: Scope, receive: Receive, *, counting: bool
+    ) -> tuple[str, JSON, Any, tuple[str, ...]]:
         app = self.app
         body = parse_json_body(await app.read_body(scope, receive))
         owner = app.owner_for(scope)
         sign, open_ = self._signing(owner)
         try:
             request_body = messages_request(body, open_, counting=counting)
+            stop = stop_sequences(body)
         except RequestError as exc:
             raise HTTPError.from_request_error(exc) from None
-        return owner, request_body, sign
+        return owner, request_body, sign, stop
 
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
         line = RequestLog(app.observer, route="/v1/messages")
         with line.answering():
-            owner, request_body, sign = await self._translate(scope, receive, counting=False)
+            owner, request_body, sign, stop = await self._translate(scope, receive, counting=False)
             model = str(request_body["model"])
             try:
-                ready = await self.responses.prepare(owner, request_body, line)
+                ready = await self.responses.prepare(owner, request_body, line, stop=stop)
             except HTTPError as exc:
                 raise renamed(exc, messages_param) from None
             config = app.config
             streamed = bool(request_body.get("stream"))
 
             def make(seal: Seal) -> DialectSink:
-                return DialectSink(
+                def stopped_by() -> str | None:
+                    return sink.stopped_by
+
+                sink = DialectSink(
                     send,
                     receive,
-                    frames=_frames(MessagesStream(model, sign)) if streamed else None,
-                    body=lambda response: orjson.dumps(message_from_response(response, model, sign)),
+                    frames=_frames(MessagesStream(model, sign), stopped_by) if streamed else None,
+                    body=lambda response: orjson.dumps(
+                        message_from_response(response, model, sign, sink.stopped_by)
+                    ),
                     seal=seal,
                     keepalive=PING if config.keepalive != "off" else None,
                     interval=config.keepalive_interval,
                 )
+                return sink
 
             await self.responses.run(ready, DialectClient(make), line)
 
     async def count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The tokens the model would read, counted by the back end (as ``/v1/responses/input_tokens``)."""
-        owner, request_body, _ = await self._translate(scope, receive, counting=True)
+        owner, request_body, _, _ = await self._translate(scope, receive, counting=True)
         try:
             ready = await self.responses.prepare(owner, request_body)
         except HTTPError as exc:
@@ -145,8 +155,9 @@ class MessagesAPI:
         await send_json(send, 200, orjson.dumps({"input_tokens": count}))
 
 
-def _frames(stream: MessagesStream) -> Callable[[list[JSON]], bytes]:
+def _frames(stream: MessagesStream, stopped_by: Callable[[], str | None]) -> Callable[[list[JSON]], bytes]:
     def frames(events: list[JSON]) -> bytes:
+        stream.stop_sequence = stopped_by()
         return b"".join(sse_event(name, payload) for event in events for name, payload in stream.feed(event))
 
     return frames

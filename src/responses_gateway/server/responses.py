@@ -34,6 +34,7 @@ import orjson
 from ..engine import Engine, HostedTool, RunContext, plan_hosted
 from ..engine.compaction import ContextCompaction, compact, expand
 from ..engine.input_files import resolve_input_files
+from ..engine.stop import StopSequences
 from ..protocol.builder import StreamBuilder
 from ..protocol.request import (
     INCLUDABLE,
@@ -359,6 +360,8 @@ class ResponsesAPI:
         line: RequestLog | None = None,
         *,
         local: LocalHistory | None = None,
+        stop: tuple[str, ...] = (),
+        seed: int | None = None,
     ) -> Prepared:
         """Everything up to the first event, shared by every way a Response is asked for (SSE, JSON,
         input_tokens, compact and the other front ends): the create body parsed, the state resolved
@@ -367,12 +370,17 @@ class ResponsesAPI:
 
         ``local`` resolves a ``previous_response_id`` before the store (a WebSocket connection's own
         recent responses, kept even with ``store: false``): the context the model saw, or None; with
-        it, an id found in neither place is a 400 ``previous_response_not_found``."""
+        it, an id found in neither place is a 400 ``previous_response_not_found``.
+
+        ``stop`` and ``seed`` are engine options the Responses API has no field for (the other front
+        ends' stop sequences and seed, validated by them): the back end gets them where it takes them,
+        and stop sequences are enforced by the engine for every back end (engine/stop.py)."""
         app = self.app
         try:
             request = parse_request(body)
         except RequestError as exc:
             raise HTTPError.from_request_error(exc) from None
+        request.stop, request.seed = stop, seed
         if line is not None:
             line.model, line.stream = request.model, request.stream
             if line.observer.log_content:
@@ -499,6 +507,9 @@ class ResponsesAPI:
         elif request.compact_threshold is not None and not provider.compacts:
             # Server-side compaction (context_management); a back end that compacts does it itself.
             provider = ContextCompaction(provider, request.compact_threshold, app.sealer, owner)
+        if request.stop:
+            # The outermost: a stop sequence ends the Response, whatever drives the turns.
+            provider = StopSequences(provider)
         if line is not None:
             line.prepared = True
         return Prepared(request, provider, owner, turn, client_tools, flattening, history)
