@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import openai
@@ -45,3 +46,28 @@ def test_messages_from_the_embedded_model(gw: Gateway) -> None:
     assert message.content[0].type == "text" and message.content[0].text
     assert message.stop_reason in ("end_turn", "max_tokens")
     assert 0 < message.usage.output_tokens <= 12
+
+
+def test_seed_and_stop_on_the_embedded_model(gw: Gateway) -> None:
+    client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0, timeout=120)
+    ask: dict[str, Any] = {
+        "model": LOCAL_MODEL,
+        "messages": [
+            {"role": "user", "content": "Write the numbers one to twenty in words, separated by commas."}
+        ],
+        "max_completion_tokens": 24,
+        "temperature": 0.9,
+        "seed": 11,
+    }
+    # A first run leaves the prompt in the model's cache, so the runs compared below both evaluate it
+    # the same way (the same seed samples the same tokens only from the same logits).
+    client.chat.completions.create(**ask)
+    text = client.chat.completions.create(**ask).choices[0].message.content or ""
+    assert len(text) >= 8
+    # A stop sequence from the middle of that answer: the same seed samples the same run again,
+    # cut just before it.
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    with client.chat.completions.stream(**ask, stop=stop) as stream:
+        cut = stream.get_final_completion()
+    assert cut.choices[0].message.content == text[: text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"

@@ -10,6 +10,7 @@ which takes none, is cut off by the gateway.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +43,7 @@ STORY = [
 SCRIPTED: dict[str, Any] = {
     "story": STORY,
     "plain": [{"message": ["Hel", "lo", " there"]}, {"usage": {"input_tokens": 7, "output_tokens": 3}}],
+    "broken": [{"message": ["partial"]}, {"fail": {"code": "server_error", "message": "upstream broke"}}],
 }
 
 
@@ -163,6 +165,25 @@ def test_chat_n_runs_the_engine_per_choice(scripted: Any) -> None:
         (0, "Hello world. "),
         (1, "Hello world. "),
     ]
+
+
+def test_chat_n_failure_ends_the_stream_with_openai_error(scripted: Any) -> None:
+    gw, _ = scripted
+    client = _openai(gw)
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="broken", messages=USER, n=2)
+    with httpx.Client(timeout=30) as http:
+        reply = http.post(
+            gw.url("/v1/chat/completions"),
+            json={"model": "broken", "messages": USER, "n": 2, "stream": True},
+        )
+    assert reply.status_code == 200
+    frames = [f.removeprefix("data: ") for f in reply.text.split("\n\n") if f.startswith("data: ")]
+    assert frames[-1] != "[DONE]" and "[DONE]" not in frames
+    assert json.loads(frames[-1])["error"]["message"] == "upstream broke"
+    assert sum("error" in json.loads(f) for f in frames) == 1  # one error, then the stream ends
+    with pytest.raises(openai.APIError, match="upstream broke"):
+        list(client.chat.completions.create(model="broken", messages=USER, n=2, stream=True))
 
 
 def test_chat_n_with_store_keeps_the_first_choice(tmp_path: Any) -> None:

@@ -435,12 +435,12 @@ class StreamBuilder:
 
     def text_delta(self, item: Item, delta: str, logprobs: list[JSON] | None = None) -> None:
         self._live(item, "message")
+        stop = self.stop
+        if stop is not None and stop.matched is not None:
+            return  # past a stop sequence: nothing more is output
         if item.part_kind != "output_text":
             self._open_part(item, "output_text")
-        stop = self.stop
         if stop is not None:
-            if stop.matched is not None:
-                return  # past a stop sequence: nothing more is output
             delta = stop.feed(delta)
             if stop.matched is not None:
                 self.stopped_by = stop.matched
