@@ -43,6 +43,7 @@ STORY = [
 SCRIPTED: dict[str, Any] = {
     "story": STORY,
     "plain": [{"message": ["Hel", "lo", " there"]}, {"usage": {"input_tokens": 7, "output_tokens": 3}}],
+    "slow": [{"message": ["first"]}, {"sleep": 5}, {"message": ["late"]}],
     "broken": [{"message": ["partial"]}, {"fail": {"code": "server_error", "message": "upstream broke"}}],
 }
 
@@ -184,6 +185,28 @@ def test_chat_n_failure_ends_the_stream_with_openai_error(scripted: Any) -> None
     assert sum("error" in json.loads(f) for f in frames) == 1  # one error, then the stream ends
     with pytest.raises(openai.APIError, match="upstream broke"):
         list(client.chat.completions.create(model="broken", messages=USER, n=2, stream=True))
+
+
+def test_chat_n_client_gone_stops_every_choice(scripted: Any) -> None:
+    gw, providers = scripted
+    before = providers["slow"].cancelled
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream(
+            "POST",
+            gw.url("/v1/chat/completions"),
+            json={"model": "slow", "messages": USER, "n": 3, "stream": True},
+        ) as reply,
+    ):
+        seen = ""
+        for text in reply.iter_text():
+            seen += text
+            if seen.count('"content":"first"') == 3:
+                break  # every choice has started; leave while they sleep
+    deadline = time.monotonic() + 3
+    while providers["slow"].cancelled < before + 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert providers["slow"].cancelled == before + 3
 
 
 def test_chat_n_with_store_keeps_the_first_choice(tmp_path: Any) -> None:
