@@ -44,12 +44,14 @@ __all__ = [
     "MAX_STOP",
     "ChatOptions",
     "ChatStream",
+    "chat_id",
     "chat_param",
     "chat_request",
     "chat_usage",
     "completion_from_response",
     "completion_from_responses",
     "finish_reason",
+    "sum_usage",
 ]
 
 JSON = dict[str, Any]
