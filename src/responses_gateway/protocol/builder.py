@@ -435,20 +435,29 @@ class StreamBuilder:
 
     def text_delta(self, item: Item, delta: str, logprobs: list[JSON] | None = None) -> None:
         self._live(item, "message")
+        if self.stop is not None:
+            self._stop_text_delta(item, delta, logprobs)
+            return
+        if item.part_kind != "output_text":
+            self._open_part(item, "output_text")
+        self._emit_text(item, delta, logprobs)
+
+    def _stop_text_delta(self, item: Item, delta: str, logprobs: list[JSON] | None) -> None:
+        # Kept out of :meth:`text_delta` so a request without stop sequences pays one test per delta.
         stop = self.stop
-        if stop is not None and stop.matched is not None:
+        assert stop is not None
+        if stop.matched is not None:
             return  # past a stop sequence: nothing more is output
         if item.part_kind != "output_text":
             self._open_part(item, "output_text")
-        if stop is not None:
-            delta = stop.feed(delta)
-            if stop.matched is not None:
-                self.stopped_by = stop.matched
-            if logprobs:
-                self._held_logprobs.extend(logprobs)
-            if not delta:
-                return
-            logprobs, self._held_logprobs = self._held_logprobs, []
+        delta = stop.feed(delta)
+        if stop.matched is not None:
+            self.stopped_by = stop.matched
+        if logprobs:
+            self._held_logprobs.extend(logprobs)
+        if not delta:
+            return
+        logprobs, self._held_logprobs = self._held_logprobs, []
         self._emit_text(item, delta, logprobs)
 
     @property
