@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import documents
 from ..store import NotFound, Store
+from ..store.errors import VectorStoreExpired
 from ..store.vector_stores import VectorStoreTables
 from .chunking import chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
@@ -107,8 +108,12 @@ class VectorStores:
         store: Callable[[], Store | None],
         read_file: FileReader,
         remote: Callable[[str], Embedder | None] | None = None,
+        *,
+        sweep_interval: float = 60.0,
     ) -> None:
         self._store = store
+        # How often this instance deletes expired stores (:meth:`sweep`).
+        self.sweep_interval = sweep_interval
         self._read_file = read_file
         # The local model, then the models file's embeddings upstreams (``remote``), made on first use.
         self.embedders: dict[str, Embedder] = {LOCAL_MODEL: local_embedder()}
@@ -116,6 +121,7 @@ class VectorStores:
         self._tables: VectorStoreTables | None = None
         self._index: VectorIndex | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Future[None] | None = None
         self._ingest_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -128,8 +134,42 @@ class VectorStores:
         self._index = VectorIndex(self._tables)
         for store_id, file_id in await self._tables.in_progress():
             self._spawn(self._ingest(store_id, file_id, None))
+        self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    async def sweep(self, now: int | None = None, *, batch: int = 100) -> int:
+        """Delete the stores whose ``expires_after`` has passed, with their files and chunks; the
+        number deleted. Each store goes in its own transaction that checks it is still expired, so
+        instances (and ``serve --workers``) sweeping the same database at once delete each store once
+        and never one a search has just kept alive."""
+        tables = self.tables
+        when = int(time.time()) if now is None else now
+        deleted = 0
+        while True:
+            found = await tables.expired_stores(when, batch)
+            for store_id in found:
+                if await tables.delete_expired(store_id, when):
+                    deleted += 1
+                if self._index is not None:
+                    self._index.forget(store_id)
+            if len(found) < batch:
+                return deleted
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                if n := await self.sweep():
+                    log.info("deleted %d expired vector store(s)", n)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("the expired vector stores sweep failed")
+            await asyncio.sleep(self.sweep_interval)
 
     async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -209,21 +249,24 @@ class VectorStores:
     ) -> JSON:
         """Attach an uploaded file; for a single file, its text is read now (a bad file is a 400 and
         nothing is attached), for a batch during ingestion (a bad file ends ``failed``)."""
-        await self.tables.get_store(owner, store_id)
+        await self._usable(owner, store_id, touch=False)
         meta, data = await self._read_file(owner, file_id)
         text: str | None = None
         if batch_id is None:
             text = await asyncio.to_thread(extract_text, data, str(meta["filename"]))
-        found = await self.tables.add_file(
-            owner,
-            store_id,
-            file_id,
-            filename=str(meta["filename"]),
-            created_at=int(time.time()),
-            attributes=attributes,
-            chunking_strategy=chunking,
-            batch_id=batch_id,
-        )
+        try:
+            found = await self.tables.add_file(
+                owner,
+                store_id,
+                file_id,
+                filename=str(meta["filename"]),
+                created_at=int(time.time()),
+                attributes=attributes,
+                chunking_strategy=chunking,
+                batch_id=batch_id,
+            )
+        except VectorStoreExpired as exc:
+            raise _expired(exc) from None
         self._spawn(self._ingest(store_id, file_id, owner, text, data))
         return found
 
@@ -317,7 +360,7 @@ class VectorStores:
         ranking_options: JSON | None,
     ) -> list[JSON]:
         """The hits of one vector store, best first."""
-        found = await self.tables.get_store(owner, store_id)
+        found = await self._usable(owner, store_id)
         text = query if isinstance(query, str) else " ".join(query)
         weights, threshold = _options(filters, ranking_options)
         embedder = self.embedder(str(found["embedding_model"]))
@@ -370,6 +413,19 @@ class VectorStores:
                 }
             )
         return hits
+
+    async def _usable(self, owner: str, store_id: str, *, touch: bool = True) -> JSON:
+        """The store, refused (400 ``vector_store_expired``) once expired; a use (``touch``: a search)
+        moves its ``last_active_at``, the anchor of ``expires_after``."""
+        try:
+            if touch:
+                return await self.tables.use_store(owner, store_id, int(time.time()))
+            found = await self.tables.get_store(owner, store_id)
+        except VectorStoreExpired as exc:
+            raise _expired(exc) from None
+        if found["expires_at"] is not None and found["expires_at"] <= time.time():
+            raise _expired(VectorStoreExpired(store_id))
+        return found
 
     async def _nearest(
         self,
@@ -438,13 +494,20 @@ class VectorStores:
         ``LookupError(id)`` for a store the owner does not have, ``RetrievalError`` for a bad filter or
         ranking option."""
         _options(filters, ranking_options)
-        for store_id in vector_store_ids:
+        for at, store_id in enumerate(vector_store_ids):
             if owner is None:
                 raise LookupError(store_id)
             try:
-                await self.tables.get_store(owner, store_id)
+                await self._usable(owner, store_id, touch=False)
             except NotFound:
                 raise LookupError(store_id) from None
+            except RetrievalError as exc:
+                exc.param = f"vector_store_ids[{at}]"
+                raise
+
+
+def _expired(exc: VectorStoreExpired) -> RetrievalError:
+    return RetrievalError(str(exc), "vector_store_id", "vector_store_expired")
 
 
 def _options(filters: JSON | None, ranking_options: JSON | None) -> tuple[tuple[float, float], float]:

@@ -8,6 +8,7 @@ a missing one. docs/file-search.md describes ingestion and search.
 ``GET|POST|DELETE /v1/vector_stores/{vs}``                   retrieve, update, delete
 ``POST|GET /v1/vector_stores/{vs}/files``                    attach (ingested in the background), list
 ``GET|POST|DELETE /v1/vector_stores/{vs}/files/{file}``      retrieve, update ``attributes``, detach
+``GET /v1/vector_stores/{vs}/files/{file}/content``          the file's chunks, in file order
 ``POST /v1/vector_stores/{vs}/file_batches``                 attach several
 ``GET /v1/vector_stores/{vs}/file_batches/{batch}``          retrieve (``/cancel``: POST, ``/files``: GET)
 ``POST /v1/vector_stores/{vs}/search``                       hybrid search
@@ -46,10 +47,8 @@ MAX_DESCRIPTION = 512
 
 
 def _present(store: JSON) -> JSON:
-    """A vector store as OpenAI shows it: status and ``expires_at`` from its files and expiry."""
+    """A vector store as OpenAI shows it: its status from its files and expiry."""
     out = dict(store)
-    expires = out.get("expires_after")
-    out["expires_at"] = None if not expires else out["last_active_at"] + int(expires["days"]) * 86400
     if out["expires_at"] is not None and out["expires_at"] <= time.time():
         out["status"] = "expired"
     else:
@@ -151,6 +150,7 @@ class VectorStoresAPI:
             POST=self._guard(self._update_file),
             DELETE=self._guard(self._detach),
         )
+        router.add(base + "/{vs}/files/{file_id}/content", GET=self._guard(self._file_content))
         router.add(base + "/{vs}/file_batches", POST=self._guard(self._create_batch))
         router.add(base + "/{vs}/file_batches/{batch}", GET=self._guard(self._get_batch))
         router.add(base + "/{vs}/file_batches/{batch}/cancel", POST=self._guard(self._cancel_batch))
@@ -275,6 +275,17 @@ class VectorStoresAPI:
     async def _get_file(self, owner: str, scope: Scope, receive: Receive, *, vs: str, file_id: str) -> JSON:
         return await self.service.tables.get_file(owner, vs, file_id)
 
+    async def _file_content(
+        self, owner: str, scope: Scope, receive: Receive, *, vs: str, file_id: str
+    ) -> JSON:
+        chunks = await self.service.tables.file_chunks(owner, vs, file_id)
+        return {
+            "object": "vector_store.file_content.page",
+            "data": [{"type": "text", "text": text} for text in chunks],
+            "has_more": False,
+            "next_page": None,
+        }
+
     async def _update_file(
         self, owner: str, scope: Scope, receive: Receive, *, vs: str, file_id: str
     ) -> JSON:
@@ -384,7 +395,6 @@ class VectorStoresAPI:
             filters=body.get("filters"),
             ranking_options=body.get("ranking_options"),
         )
-        await self.service.tables.touch_store(owner, vs, int(time.time()))
         return {
             "object": "vector_store.search_results.page",
             "search_query": queries,

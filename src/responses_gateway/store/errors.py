@@ -11,6 +11,7 @@ __all__ = [
     "PreviousResponseNotFound",
     "ResponseNotFound",
     "StoreError",
+    "VectorStoreExpired",
     "VectorStoreFileNotFound",
     "VectorStoreNotFound",
 ]
@@ -61,6 +62,17 @@ class FileNotFound(NotFound):
 
 class VectorStoreNotFound(NotFound):
     kind = "vector store"
+
+
+class VectorStoreExpired(StoreError):
+    """The vector store's ``expires_after`` has passed: it may be read and deleted, not searched or
+    added to (HTTP 400), until the sweep deletes it."""
+
+    def __init__(self, store_id: str) -> None:
+        super().__init__(
+            f"Vector store '{store_id}' has expired (its expires_after passed); create a new vector store."
+        )
+        self.object_id = store_id
 
 
 class VectorStoreFileNotFound(NotFound):

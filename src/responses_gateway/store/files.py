@@ -11,6 +11,7 @@ from typing import Any
 from .db import Database
 from .errors import FileNotFound
 from .rows import JSON, check_page_args, page
+from .vector_stores import VectorStoreTables
 
 __all__ = ["Files"]
 
@@ -98,9 +99,12 @@ class Files:
             )
         return page([_file(row) for row in rows], limit)
 
-    async def delete_file(self, owner: str, file_id: str) -> None:
+    async def delete_file(self, owner: str, file_id: str) -> list[str]:
+        """Delete the file and, in the same transaction, detach it from every vector store holding it
+        (its chunks are no longer searchable), as OpenAI does; the vector stores it left."""
         async with self.db.transaction() as tx:
             row = await tx.fetchone("SELECT id FROM rg_files WHERE id = ? AND owner = ?", file_id, owner)
             if row is None:
                 raise FileNotFound(file_id)
             await tx.execute("DELETE FROM rg_files WHERE id = ?", file_id)
+            return await VectorStoreTables(self.db).detach_everywhere(tx, owner, file_id)

@@ -203,6 +203,24 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
     # (its create), so a stored response can be replayed at the pace it streamed. NULL for events
     # written before this version, and for the closing events recovery adds after a crash.
     (6, ["ALTER TABLE rg_events ADD COLUMN at_ms BIGINT"]),
+    # A vector store's expiry as a column (``last_active_at`` + ``expires_after.days``, NULL without
+    # a policy), kept by every write that moves ``last_active_at``, so the sweep that deletes expired
+    # stores (retrieval/service.py) finds them by index.
+    (
+        7,
+        [
+            "ALTER TABLE rg_vector_stores ADD COLUMN expires_at BIGINT",
+            {
+                "sqlite": "UPDATE rg_vector_stores SET expires_at = last_active_at + "
+                "86400 * CAST(json_extract(expires_after, '$.days') AS INTEGER) "
+                "WHERE expires_after IS NOT NULL",
+                "postgresql": "UPDATE rg_vector_stores SET expires_at = last_active_at + "
+                "86400 * CAST(CAST(expires_after AS json)->>'days' AS BIGINT) "
+                "WHERE expires_after IS NOT NULL",
+            },
+            "CREATE INDEX rg_vector_stores_expiry ON rg_vector_stores (expires_at)",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from .db import Database, Tx
-from .errors import FileBatchNotFound, VectorStoreFileNotFound, VectorStoreNotFound
+from .errors import FileBatchNotFound, VectorStoreExpired, VectorStoreFileNotFound, VectorStoreNotFound
 from .rows import JSON, check_page_args, page
 
 __all__ = ["FILE_STATUSES", "ChunkRow", "VectorStoreTables"]
@@ -26,7 +26,13 @@ FILE_STATUSES = ("in_progress", "completed", "cancelled", "failed")
 ChunkRow = tuple[int, str, str]  # chunk id, file id, text
 
 _STORE_COLUMNS = (
-    "id, created_at, name, description, metadata, expires_after, last_active_at, embedding_model, dimensions"
+    "id, created_at, name, description, metadata, expires_after, last_active_at, embedding_model, "
+    "dimensions, expires_at"
+)
+# Moves ``last_active_at`` to ``?`` (bound first) and ``expires_at`` with it, by the same amount.
+_TOUCH = (
+    "last_active_at = ?, expires_at = CASE WHEN expires_at IS NULL THEN NULL "
+    "ELSE expires_at + (? - last_active_at) END"
 )
 _FILE_COLUMNS = (
     "f.file_id, f.created_at, f.vector_store_id, f.status, f.last_error, f.attributes, "
@@ -64,6 +70,10 @@ def _counts(rows: Sequence[tuple[Any, ...]]) -> JSON:
     return counts
 
 
+def _expiry(expires_after: JSON | None, last_active_at: int) -> int | None:
+    return None if not expires_after else last_active_at + int(expires_after["days"]) * 86400
+
+
 class VectorStoreTables:
     """The SQL of vector stores, over ``db`` (see the module doc for which connection)."""
 
@@ -87,8 +97,8 @@ class VectorStoreTables:
         async with self.db.transaction() as tx:
             await tx.execute(
                 "INSERT INTO rg_vector_stores (id, owner, created_at, name, description, metadata, "
-                "expires_after, last_active_at, embedding_model, dimensions) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "expires_after, last_active_at, embedding_model, dimensions, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 store_id,
                 owner,
                 created_at,
@@ -99,6 +109,7 @@ class VectorStoreTables:
                 created_at,
                 embedding_model,
                 dimensions,
+                _expiry(expires_after, created_at),
             )
             return await self._store(tx, owner, store_id)
 
@@ -129,20 +140,63 @@ class VectorStoreTables:
             "last_active_at": int(row[6]),
             "embedding_model": row[7],
             "dimensions": int(row[8]),
+            "expires_at": None if row[9] is None else int(row[9]),
         }
 
     async def get_store(self, owner: str, store_id: str) -> JSON:
         async with self.db.transaction() as tx:
             return await self._store(tx, owner, store_id)
 
-    async def touch_store(self, owner: str, store_id: str, when: int) -> None:
+    async def use_store(self, owner: str, store_id: str, now: int) -> JSON:
+        """The store, for a search or an attach: ``VectorStoreExpired`` once its ``expires_at`` has
+        passed, else its ``last_active_at`` moved to ``now`` (and ``expires_at`` with it).
+
+        An expired store is never moved back to life: the update is guarded by the same condition, so
+        a sweep (any instance's) deleting it and a use racing it agree."""
         async with self.db.transaction() as tx:
-            await tx.execute(
-                "UPDATE rg_vector_stores SET last_active_at = ? WHERE id = ? AND owner = ?",
-                when,
-                store_id,
-                owner,
+            found = await self._store(tx, owner, store_id)
+            if found["expires_at"] is not None and found["expires_at"] <= now:
+                raise VectorStoreExpired(store_id)
+            if found["last_active_at"] < now:
+                await self._touch(tx, store_id, now)
+                found = await self._store(tx, owner, store_id)
+            return found
+
+    @staticmethod
+    async def _touch(tx: Tx, store_id: str, now: int) -> None:
+        await tx.execute(
+            f"UPDATE rg_vector_stores SET {_TOUCH} WHERE id = ? AND last_active_at < ? "
+            "AND (expires_at IS NULL OR expires_at > ?)",
+            now,
+            now,
+            store_id,
+            now,
+            now,
+        )
+
+    async def expired_stores(self, now: int, limit: int) -> list[str]:
+        """Up to ``limit`` ids of stores whose ``expires_at`` has passed, soonest expired first."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT id FROM rg_vector_stores WHERE expires_at <= ? ORDER BY expires_at, id LIMIT ?",
+                now,
+                limit,
             )
+        return [str(row[0]) for row in rows]
+
+    async def delete_expired(self, store_id: str, now: int) -> bool:
+        """Delete the store with its files, batches and chunks if it is still expired at ``now``; False
+        when it is not (gone already: another instance's sweep, or a new expiry)."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT id FROM rg_vector_stores WHERE id = ? AND expires_at <= ?" + self.db.for_update,
+                store_id,
+                now,
+            )
+            if row is None:
+                return False
+            await self._delete_everything(tx, store_id)
+        return True
 
     async def list_stores(self, owner: str, *, after: str | None, limit: int, order: str) -> JSON:
         check_page_args(limit, order)
@@ -168,7 +222,7 @@ class VectorStoreTables:
 
     async def update_store(self, owner: str, store_id: str, changes: JSON) -> JSON:
         async with self.db.transaction() as tx:
-            await self._store(tx, owner, store_id)
+            found = await self._store(tx, owner, store_id)
             for column in ("name", "metadata", "expires_after"):
                 if column in changes:
                     value = changes[column]
@@ -177,15 +231,24 @@ class VectorStoreTables:
                         value if column == "name" else _dumps(value),
                         store_id,
                     )
+            if "expires_after" in changes:
+                await tx.execute(
+                    "UPDATE rg_vector_stores SET expires_at = ? WHERE id = ?",
+                    _expiry(changes["expires_after"], found["last_active_at"]),
+                    store_id,
+                )
             return await self._store(tx, owner, store_id)
 
     async def delete_store(self, owner: str, store_id: str) -> None:
         async with self.db.transaction() as tx:
             await self._store(tx, owner, store_id)
-            await self._delete_chunks(tx, store_id, None)
-            await tx.execute("DELETE FROM rg_vector_store_files WHERE vector_store_id = ?", store_id)
-            await tx.execute("DELETE FROM rg_vector_store_batches WHERE vector_store_id = ?", store_id)
-            await tx.execute("DELETE FROM rg_vector_stores WHERE id = ?", store_id)
+            await self._delete_everything(tx, store_id)
+
+    async def _delete_everything(self, tx: Tx, store_id: str) -> None:
+        await self._delete_chunks(tx, store_id, None)
+        await tx.execute("DELETE FROM rg_vector_store_files WHERE vector_store_id = ?", store_id)
+        await tx.execute("DELETE FROM rg_vector_store_batches WHERE vector_store_id = ?", store_id)
+        await tx.execute("DELETE FROM rg_vector_stores WHERE id = ?", store_id)
 
     # ------------------------------------------------------------------ files
     async def add_file(
@@ -200,9 +263,12 @@ class VectorStoreTables:
         chunking_strategy: JSON,
         batch_id: str | None = None,
     ) -> JSON:
-        """Attach ``file_id`` as ``in_progress`` (again, if it was attached: its chunks go)."""
+        """Attach ``file_id`` as ``in_progress`` (again, if it was attached: its chunks go);
+        ``VectorStoreExpired`` for an expired store."""
         async with self.db.transaction() as tx:
-            await self._store(tx, owner, store_id)
+            found = await self._store(tx, owner, store_id)
+            if found["expires_at"] is not None and found["expires_at"] <= created_at:
+                raise VectorStoreExpired(store_id)
             await self._delete_chunks(tx, store_id, file_id)
             await tx.execute(
                 "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
@@ -221,9 +287,7 @@ class VectorStoreTables:
                 _dumps(chunking_strategy),
                 batch_id,
             )
-            await tx.execute(
-                "UPDATE rg_vector_stores SET last_active_at = ? WHERE id = ?", created_at, store_id
-            )
+            await self._touch(tx, store_id, created_at)
             return await self._file(tx, owner, store_id, file_id)
 
     async def _file(self, tx: Tx, owner: str, store_id: str, file_id: str) -> JSON:
@@ -317,6 +381,36 @@ class VectorStoreTables:
                 store_id,
                 file_id,
             )
+
+    async def file_chunks(self, owner: str, store_id: str, file_id: str) -> list[str]:
+        """The text of an attached file's chunks in file order (none until it is ``completed``)."""
+        async with self.db.transaction() as tx:
+            await self._file(tx, owner, store_id, file_id)
+            rows = await tx.fetch(
+                "SELECT text FROM rg_vs_chunks WHERE vector_store_id = ? AND file_id = ? ORDER BY position",
+                store_id,
+                file_id,
+            )
+        return [str(row[0]) for row in rows]
+
+    async def detach_everywhere(self, tx: Tx, owner: str, file_id: str) -> list[str]:
+        """Detach ``file_id`` from every store of ``owner`` that holds it (its chunks go), inside
+        ``tx`` (the Files API's delete); the stores it left."""
+        rows = await tx.fetch(
+            "SELECT f.vector_store_id FROM rg_vector_store_files f JOIN rg_vector_stores s "
+            "ON s.id = f.vector_store_id WHERE f.file_id = ? AND s.owner = ? ORDER BY f.vector_store_id",
+            file_id,
+            owner,
+        )
+        stores = [str(row[0]) for row in rows]
+        for store_id in stores:
+            await self._delete_chunks(tx, store_id, file_id)
+            await tx.execute(
+                "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
+                store_id,
+                file_id,
+            )
+        return stores
 
     async def fail_file(self, store_id: str, file_id: str, status: str, error: JSON | None) -> None:
         """End an in-progress file as ``failed`` or ``cancelled`` (nothing of it is searchable)."""
