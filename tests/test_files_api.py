@@ -104,6 +104,21 @@ def test_limits_and_mistakes(served: Gateway, tmp_path: Path) -> None:
     assert got.status_code == 400 and got.json()["error"]["code"] == "missing_required_parameter"
 
 
+def test_list_pages_as_openai(served: Gateway) -> None:
+    """OpenAI's Files list: one page of up to 10,000 files by default (not 20), newest first."""
+    client = _client(served)
+    ids = [client.files.create(file=(f"f{n}.txt", b"x"), purpose="user_data").id for n in range(23)]
+    mine = set(ids)  # on PostgreSQL the module's database also holds the other tests' files
+    first = client.files.list()
+    assert [f.id for f in first.data if f.id in mine] == ids[::-1] and not first.has_more
+    assert len(client.files.list(limit=10_000).data) == len(first.data) > 20
+    with pytest.raises(openai.BadRequestError) as err:
+        client.files.list(limit=10_001)
+    assert err.value.param == "limit"
+    # The SDK's auto-pagination walks small pages with after=<last id>.
+    assert [f.id for f in client.files.list(limit=5, order="asc") if f.id in mine] == ids
+
+
 def test_without_a_store_files_are_a_clear_404(gateway: Factory) -> None:
     gw = gateway([ScriptedProvider([{"message": ["ok"]}], name="m")])
     got = httpx.get(f"{gw.base_url}/files")

@@ -11,6 +11,7 @@ least 1), the only thing a test cannot wait for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -59,11 +60,11 @@ def _client(gw: Gateway, key: str = KEY_A) -> openai.OpenAI:
 
 
 class Served:
-    """Two gateway instances on one database: ``gw`` sweeps once a minute, ``sweeper`` five times a
-    second."""
+    """A gateway (sweeping once a minute) on a database the test also reads and writes directly."""
 
     def __init__(self, url: str, data: Path) -> None:
         self.url = url
+        self.data = data
         common: dict[str, Any] = {
             "store_url": url,
             "data_dir": str(data),
@@ -71,22 +72,21 @@ class Served:
             "max_file_bytes": 64 * 1024,
         }
         self.gw = start_gateway([ScriptedProvider(SEARCH_SCRIPT, name="searcher")], **common)
-        self.sweeper: Gateway | None = None
         self._common = common
 
-    def start_sweeper(self) -> Gateway:
-        if self.sweeper is None:
-            self.sweeper = start_gateway(
-                [ScriptedProvider(SEARCH_SCRIPT, name="searcher")],
-                vector_store_sweep_interval=0.2,
-                **self._common,
-            )
-        return self.sweeper
+    @contextlib.contextmanager
+    def sweeping(self) -> Iterator[Gateway]:
+        """A second instance on the same database and files, sweeping expired things every 0.2 s."""
+        sweeper = start_gateway(
+            [ScriptedProvider(SEARCH_SCRIPT, name="searcher")], expiry_sweep_interval=0.2, **self._common
+        )
+        try:
+            yield sweeper
+        finally:
+            sweeper.stop()
 
     def stop(self) -> None:
         self.gw.stop()
-        if self.sweeper is not None:
-            self.sweeper.stop()
 
     # ---------------------------------------------------------------- the database, directly
     def sql(self, statement: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -259,11 +259,11 @@ def test_an_expired_store_is_refused_then_swept(served: Served) -> None:
     _no_access(other, store_id, ids["log.txt"])
 
     # Another instance on the same database sweeps it away, chunks and all; the first sees it gone.
-    served.start_sweeper()
-    deadline = time.monotonic() + 30
-    while served.sql("SELECT COUNT(*) FROM rg_vector_stores WHERE id = ?", store_id)[0][0]:
-        assert time.monotonic() < deadline, "the sweep did not delete the expired store"
-        time.sleep(0.1)
+    with served.sweeping():
+        deadline = time.monotonic() + 30
+        while served.sql("SELECT COUNT(*) FROM rg_vector_stores WHERE id = ?", store_id)[0][0]:
+            assert time.monotonic() < deadline, "the sweep did not delete the expired store"
+            time.sleep(0.1)
     assert served.chunks(store_id) == 0
     with pytest.raises(openai.NotFoundError):
         client.vector_stores.retrieve(store_id)
@@ -297,6 +297,49 @@ def test_concurrent_sweeps_delete_each_store_once(served: Served) -> None:
     assert served.chunks(store_id) == 0
     with pytest.raises(openai.NotFoundError):
         client.vector_stores.retrieve(store_id)
+
+
+def test_a_file_expires_after(served: Served) -> None:
+    client = _client(served.gw)
+    hour = client.files.create(
+        file=("log.txt", ESSAY), purpose="assistants", expires_after={"anchor": "created_at", "seconds": 3600}
+    )
+    assert hour.expires_at == hour.created_at + 3600
+    assert client.files.retrieve(hour.id).expires_at == hour.expires_at
+    batch = client.files.create(file=("requests.jsonl", b"{}\n"), purpose="batch")
+    assert batch.expires_at == batch.created_at + 30 * DAY  # OpenAI's default for batch files
+    assert client.files.create(file=("a.txt", b"a"), purpose="user_data").expires_at is None
+    for policy, param in (
+        ({"anchor": "created_at", "seconds": 60}, "expires_after.seconds"),
+        ({"anchor": "created_at", "seconds": 31 * DAY}, "expires_after.seconds"),
+        ({"anchor": "last_active_at", "seconds": 3600}, "expires_after.anchor"),
+    ):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.files.create(file=("a.txt", b"a"), purpose="user_data", expires_after=policy)  # type: ignore[arg-type]
+        assert err.value.param == param
+
+    store_id, _ = _store_with(client, {})
+    attached = client.vector_stores.files.create_and_poll(
+        vector_store_id=store_id, file_id=hour.id, chunking_strategy=STATIC, poll_interval_ms=100
+    )
+    assert attached.status == "completed" and served.chunks(store_id) > 0
+    served.sql("UPDATE rg_files SET expires_at = ? WHERE id = ?", int(time.time()) - 1, hour.id)
+    # Expired: gone for its owner at once, like a deleted file.
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(hour.id)
+    with pytest.raises(openai.NotFoundError):
+        client.files.content(hour.id)
+    assert hour.id not in [f.id for f in client.files.list()]
+    # The sweep (another instance) deletes it, its bytes, and its place in the vector store.
+    with served.sweeping():
+        deadline = time.monotonic() + 30
+        while served.sql("SELECT COUNT(*) FROM rg_files WHERE id = ?", hour.id)[0][0]:
+            assert time.monotonic() < deadline, "the sweep did not delete the expired file"
+            time.sleep(0.1)
+    assert not (served.data / "files" / hour.id).exists()
+    assert (served.data / "files" / batch.id).exists()
+    assert list(client.vector_stores.files.list(store_id)) == []
+    assert client.vector_stores.retrieve(store_id).file_counts.total == 0 and served.chunks(store_id) == 0
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])

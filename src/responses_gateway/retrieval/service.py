@@ -108,12 +108,8 @@ class VectorStores:
         store: Callable[[], Store | None],
         read_file: FileReader,
         remote: Callable[[str], Embedder | None] | None = None,
-        *,
-        sweep_interval: float = 60.0,
     ) -> None:
         self._store = store
-        # How often this instance deletes expired stores (:meth:`sweep`).
-        self.sweep_interval = sweep_interval
         self._read_file = read_file
         # The local model, then the models file's embeddings upstreams (``remote``), made on first use.
         self.embedders: dict[str, Embedder] = {LOCAL_MODEL: local_embedder()}
@@ -121,7 +117,6 @@ class VectorStores:
         self._tables: VectorStoreTables | None = None
         self._index: VectorIndex | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._sweeper: asyncio.Future[None] | None = None
         self._ingest_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -134,13 +129,13 @@ class VectorStores:
         self._index = VectorIndex(self._tables)
         for store_id, file_id in await self._tables.in_progress():
             self._spawn(self._ingest(store_id, file_id, None))
-        self._sweeper = asyncio.ensure_future(self._sweep_forever())
 
     async def sweep(self, now: int | None = None, *, batch: int = 100) -> int:
         """Delete the stores whose ``expires_after`` has passed, with their files and chunks; the
-        number deleted. Each store goes in its own transaction that checks it is still expired, so
-        instances (and ``serve --workers``) sweeping the same database at once delete each store once
-        and never one a search has just kept alive."""
+        number deleted (the gateway calls it every ``expiry_sweep_interval`` seconds). Each store
+        goes in its own transaction that checks it is still expired, so instances (and ``serve
+        --workers``) sweeping the same database at once delete each store once and never one a
+        search has just kept alive."""
         tables = self.tables
         when = int(time.time()) if now is None else now
         deleted = 0
@@ -154,22 +149,7 @@ class VectorStores:
             if len(found) < batch:
                 return deleted
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            try:
-                if n := await self.sweep():
-                    log.info("deleted %d expired vector store(s)", n)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("the expired vector stores sweep failed")
-            await asyncio.sleep(self.sweep_interval)
-
     async def aclose(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
-            self._sweeper = None
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

@@ -151,11 +151,9 @@ class GatewayApp:
         # Vector stores and embeddings (docs/file-search.md); the file_search tool calls
         # ``self.vector_stores.search_for_tool``.
         self.vector_stores = VectorStores(
-            lambda: self.store,
-            self.files.read,
-            models_file_embedders(registry),
-            sweep_interval=self.config.vector_store_sweep_interval,
+            lambda: self.store, self.files.read, models_file_embedders(registry)
         )
+        self._sweeper: asyncio.Future[None] | None = None
         VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         EmbeddingsAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         self.hosted_tools["file_search"] = FileSearch(self.vector_stores)
@@ -219,6 +217,8 @@ class GatewayApp:
                             if tool.results is not None:
                                 tool.results.catalog = self.store.tool_results
                     await self.vector_stores.start()
+                    if self.store is not None:
+                        self._sweeper = asyncio.ensure_future(self._sweep_expired())
                     if self._preload:
                         await self.registry.preload()
                     await self._check_hosted_tools()
@@ -229,6 +229,10 @@ class GatewayApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.responses.shutdown()
+                if self._sweeper is not None:
+                    self._sweeper.cancel()
+                    await asyncio.gather(self._sweeper, return_exceptions=True)
+                    self._sweeper = None
                 await self.vector_stores.aclose()
                 # The containers' last writes reach the store before it closes; their records stay,
                 # for another instance to restore.
@@ -247,6 +251,19 @@ class GatewayApp:
                     self.observer.tracing.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _sweep_expired(self) -> None:
+        """Delete expired files and vector stores now and every ``expiry_sweep_interval`` seconds
+        (each instance does; see ``FilesAPI.sweep`` and ``VectorStores.sweep`` for why that is safe)."""
+        sweeps = (("file", self.files.sweep), ("vector store", self.vector_stores.sweep))
+        while True:
+            for what, sweep in sweeps:
+                try:
+                    if deleted := await sweep():
+                        log.info("deleted %d expired %s(s)", deleted, what)
+                except Exception:
+                    log.exception("deleting expired %ss failed", what)
+            await asyncio.sleep(self.config.expiry_sweep_interval)
 
     async def _file_for_container(self, owner: str | None, file_id: str) -> tuple[str, bytes] | None:
         """An uploaded file's name and bytes, for a container's ``file_ids`` (None: no such file)."""

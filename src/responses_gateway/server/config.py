@@ -55,8 +55,8 @@ class ServerConfig:
     # The most one response may take in the store's event log; past it the rest is not stored and
     # the stored response reads failed, saying so (None: no limit).
     store_max_response_bytes: int | None = 256 * 1024 * 1024
-    # How often (seconds) each instance deletes the vector stores whose ``expires_after`` has passed.
-    vector_store_sweep_interval: float = 60.0
+    # How often (seconds) each instance deletes the files and vector stores whose expiry has passed.
+    expiry_sweep_interval: float = 60.0
     # One INFO line per POST /v1/responses (server/request_log.py): model, status, tokens, timing.
     request_log: bool = True
     # WebSocket mode (server/websocket.py): how long one connection may live (OpenAI: 60 minutes) and
@@ -113,8 +113,8 @@ class ServerConfig:
             raise ValueError("ws_max_message_bytes must be positive")
         if self.max_file_bytes <= 0:
             raise ValueError("max_file_bytes must be positive")
-        if self.vector_store_sweep_interval <= 0:
-            raise ValueError("vector_store_sweep_interval must be positive")
+        if self.expiry_sweep_interval <= 0:
+            raise ValueError("expiry_sweep_interval must be positive")
         if self.store_retention is not None and self.store_retention <= 0:
             raise ValueError("store_retention must be positive")
         if self.store_max_response_bytes is not None and self.store_max_response_bytes <= 0:

@@ -4,10 +4,13 @@ The metadata lives in the store (``store/files.py``, SQLite or PostgreSQL); the 
 ``<data dir>/files/`` (a temporary directory without one), one file per id. An upload is parsed as it
 arrives (``python-multipart``) and written straight to disk: memory stays flat whatever the size, and
 past ``--max-file-bytes`` the request is a 413 at once. Every file belongs to the API key that
-uploaded it; another key's file is a 404 exactly like a missing one.
+uploaded it; another key's file is a 404 exactly like a missing one. ``expires_after`` (``anchor``
+``created_at``, ``seconds`` 3600 to 2592000; ``purpose=batch`` defaults to 30 days, as OpenAI) makes
+a file a 404 once it passes; the gateway's expiry sweep then deletes it, its bytes, and detaches it
+from the vector stores holding it, as ``DELETE`` does.
 
 =======================================  ====================================================
-``POST /v1/files``                        upload (multipart: ``file``, ``purpose``)
+``POST /v1/files``                        upload (multipart: ``file``, ``purpose``, ``expires_after``)
 ``GET /v1/files``                         list (``purpose``, ``after``, ``limit``, ``order``)
 ``GET /v1/files/{file_id}``               retrieve
 ``GET /v1/files/{file_id}/content``       the bytes
@@ -30,6 +33,7 @@ import orjson
 
 from ..paths import LazyDirectory
 from ..store import FileNotFound, Store
+from ..store.files import MAX_PAGE
 from .errors import HTTPError, send_json
 from .query import ListQuery, invalid
 from .router import Router
@@ -44,6 +48,8 @@ StoreGetter = Callable[[], Store | None]
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 _CHUNK = 1 << 20
 _MAX_NAME = 512
+# OpenAI's bounds of ``expires_after.seconds``, and the default of ``purpose=batch`` files.
+MIN_EXPIRY, MAX_EXPIRY = 3600, 30 * 86400
 
 
 class FileStorage:
@@ -217,6 +223,7 @@ class FilesAPI:
                     "purpose",
                     "invalid_value" if purpose else "missing_required_parameter",
                 )
+            expires_in = _expires_after(upload.fields, purpose)
             if upload.tmp is None or upload.filename is None or not upload.file_done:
                 raise invalid("The multipart body has no 'file' part.", "file", "missing_required_parameter")
             filename = upload.filename or "upload"
@@ -226,6 +233,7 @@ class FilesAPI:
                 )
             # Time first, so ids sort in upload order (lists page by created_at, then id).
             file_id = f"file-{time.time_ns():016x}{os.urandom(6).hex()}"
+            now = int(time.time())
             os.replace(upload.tmp, self.storage.path(file_id))
             upload.tmp = None
             try:
@@ -235,7 +243,8 @@ class FilesAPI:
                     filename=filename,
                     purpose=purpose,
                     size=upload.size,
-                    created_at=int(time.time()),
+                    created_at=now,
+                    expires_at=None if expires_in is None else now + expires_in,
                 )
             except BaseException:
                 self.storage.remove(file_id)
@@ -270,7 +279,7 @@ class FilesAPI:
                 self._owner(scope),
                 purpose=purpose,
                 after=query.after(),
-                limit=query.limit(),
+                limit=query.limit(default=MAX_PAGE, maximum=MAX_PAGE),
                 order=query.order(),
             )
         except FileNotFound as exc:
@@ -318,6 +327,24 @@ class FilesAPI:
                 if not more:
                     return
 
+    async def sweep(self, now: int | None = None, *, batch: int = 100) -> int:
+        """Delete the files whose ``expires_after`` has passed (rows, vector store attachments, bytes);
+        the number deleted. Each in its own transaction that checks it is still there, so instances
+        sharing the store and the files directory delete each file once."""
+        store = self._store()
+        if store is None:
+            return 0
+        when = int(time.time()) if now is None else now
+        deleted = 0
+        while True:
+            found = await store.files.expired_files(when, batch)
+            for file_id in found:
+                if await store.files.delete_expired(file_id, when):
+                    await asyncio.to_thread(self.storage.remove, file_id)
+                    deleted += 1
+            if len(found) < batch:
+                return deleted
+
     async def _delete(self, scope: Scope, receive: Receive, send: Send, *, file_id: str) -> None:
         try:
             await self.store().files.delete_file(self._owner(scope), file_id)
@@ -325,6 +352,30 @@ class FilesAPI:
             raise HTTPError(404, str(exc), code="not_found") from None
         await asyncio.to_thread(self.storage.remove, file_id)
         await send_json(send, 200, orjson.dumps({"id": file_id, "object": "file", "deleted": True}))
+
+
+def _expires_after(fields: dict[str, bytes], purpose: str) -> int | None:
+    """Seconds from the upload to the file's expiry (None: kept until deleted), from the multipart
+    fields ``expires_after[anchor]`` and ``expires_after[seconds]`` the SDKs send."""
+    anchor = fields.get("expires_after[anchor]")
+    seconds = fields.get("expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return MAX_EXPIRY if purpose == "batch" else None
+    if anchor != b"created_at":
+        raise invalid(
+            "Invalid value for 'expires_after.anchor': the supported anchor is 'created_at'.",
+            "expires_after.anchor",
+            "invalid_value" if anchor else "missing_required_parameter",
+        )
+    text = (seconds or b"").decode("utf-8", "replace")
+    if not text.isdigit() or not MIN_EXPIRY <= int(text) <= MAX_EXPIRY:
+        raise invalid(
+            f"Invalid 'expires_after.seconds': expected an integer from {MIN_EXPIRY} (1 hour) to "
+            f"{MAX_EXPIRY} (30 days), but got '{text[:20]}'.",
+            "expires_after.seconds",
+            "invalid_value" if seconds else "missing_required_parameter",
+        )
+    return int(text)
 
 
 def _too_large(limit: int) -> HTTPError:

@@ -1,11 +1,13 @@
 """Uploaded files' metadata (``rg_files``); their bytes live on disk (``server/files.py`` writes them).
 
 Every operation takes ``owner`` first: another owner's file is a ``FileNotFound`` exactly like a
-missing one. Pages are in ``created_at`` order, ties broken by id.
+missing one, and so is an expired one (``expires_at`` passed) until the sweep deletes it. Pages are
+in ``created_at`` order, ties broken by id.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .db import Database
@@ -13,9 +15,13 @@ from .errors import FileNotFound
 from .rows import JSON, check_page_args, page
 from .vector_stores import VectorStoreTables
 
-__all__ = ["Files"]
+__all__ = ["MAX_PAGE", "Files"]
+
+# OpenAI's Files list: ``limit`` from 1 to 10,000 (its default).
+MAX_PAGE = 10_000
 
 _COLUMNS = "id, created_at, filename, purpose, bytes, expires_at"
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
 
 def _file(row: tuple[Any, ...]) -> JSON:
@@ -66,7 +72,10 @@ class Files:
     async def get_file(self, owner: str, file_id: str) -> JSON:
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
-                f"SELECT {_COLUMNS} FROM rg_files WHERE id = ? AND owner = ?", file_id, owner
+                f"SELECT {_COLUMNS} FROM rg_files WHERE id = ? AND owner = ? AND {_LIVE}",
+                file_id,
+                owner,
+                int(time.time()),
             )
         if row is None:
             raise FileNotFound(file_id)
@@ -75,9 +84,11 @@ class Files:
     async def list_files(
         self, owner: str, *, purpose: str | None, after: str | None, limit: int, order: str
     ) -> JSON:
-        check_page_args(limit, order)
-        where = "owner = ?"
-        args: list[Any] = [owner]
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
+        check_page_args(1, order)
+        where = f"owner = ? AND {_LIVE}"
+        args: list[Any] = [owner, int(time.time())]
         if purpose is not None:
             where += " AND purpose = ?"
             args.append(purpose)
@@ -108,3 +119,26 @@ class Files:
                 raise FileNotFound(file_id)
             await tx.execute("DELETE FROM rg_files WHERE id = ?", file_id)
             return await VectorStoreTables(self.db).detach_everywhere(tx, owner, file_id)
+
+    async def expired_files(self, now: int, limit: int) -> list[str]:
+        """Up to ``limit`` ids of files whose ``expires_at`` has passed, soonest expired first."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT id FROM rg_files WHERE expires_at <= ? ORDER BY expires_at, id LIMIT ?", now, limit
+            )
+        return [str(row[0]) for row in rows]
+
+    async def delete_expired(self, file_id: str, now: int) -> bool:
+        """Delete the file if it is still there and expired at ``now``, detaching it from the vector
+        stores that hold it (like :meth:`delete_file`); False when another sweep was first."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT owner FROM rg_files WHERE id = ? AND expires_at <= ?" + self.db.for_update,
+                file_id,
+                now,
+            )
+            if row is None:
+                return False
+            await tx.execute("DELETE FROM rg_files WHERE id = ?", file_id)
+            await VectorStoreTables(self.db).detach_everywhere(tx, str(row[0]), file_id)
+        return True

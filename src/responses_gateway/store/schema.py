@@ -205,7 +205,7 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
     (6, ["ALTER TABLE rg_events ADD COLUMN at_ms BIGINT"]),
     # A vector store's expiry as a column (``last_active_at`` + ``expires_after.days``, NULL without
     # a policy), kept by every write that moves ``last_active_at``, so the sweep that deletes expired
-    # stores (retrieval/service.py) finds them by index.
+    # stores (retrieval/service.py) finds them by index; the files' sweep likewise.
     (
         7,
         [
@@ -219,6 +219,8 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
                 "WHERE expires_after IS NOT NULL",
             },
             "CREATE INDEX rg_vector_stores_expiry ON rg_vector_stores (expires_at)",
+            # Uploaded files' expires_after (POST /v1/files), swept the same way.
+            "CREATE INDEX rg_files_expiry ON rg_files (expires_at)",
         ],
     ),
 ]
