@@ -225,6 +225,10 @@ def test_last_active_at_moves_on_search_and_file_search(served: Served) -> None:
     )
     assert response.output[0].type == "file_search_call" and response.output[0].status == "completed"
     assert client.vector_stores.retrieve(store_id).last_active_at >= time.time() - 5
+    # A new policy counts from the last use; none removes the expiry.
+    longer = client.vector_stores.update(store_id, expires_after={"anchor": "last_active_at", "days": 30})
+    assert longer.expires_at == longer.last_active_at + 30 * DAY
+    assert client.vector_stores.update(store_id, expires_after=None).expires_at is None
 
 
 def test_an_expired_store_is_refused_then_swept(served: Served) -> None:
@@ -244,6 +248,13 @@ def test_an_expired_store_is_refused_then_swept(served: Served) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.vector_stores.files.create(vector_store_id=store_id, file_id=spare.id)
     assert err.value.code == "vector_store_expired"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.vector_stores.file_batches.create(vector_store_id=store_id, file_ids=[spare.id])
+    assert err.value.code == "vector_store_expired"
+    assert (
+        served.sql("SELECT COUNT(*) FROM rg_vector_store_batches WHERE vector_store_id = ?", store_id)[0][0]
+        == 0
+    )
     with pytest.raises(openai.BadRequestError) as err:
         client.responses.create(
             model="searcher",

@@ -229,7 +229,7 @@ class VectorStores:
     ) -> JSON:
         """Attach an uploaded file; for a single file, its text is read now (a bad file is a 400 and
         nothing is attached), for a batch during ingestion (a bad file ends ``failed``)."""
-        await self._usable(owner, store_id, touch=False)
+        await self.usable(owner, store_id, touch=False)
         meta, data = await self._read_file(owner, file_id)
         text: str | None = None
         if batch_id is None:
@@ -340,7 +340,7 @@ class VectorStores:
         ranking_options: JSON | None,
     ) -> list[JSON]:
         """The hits of one vector store, best first."""
-        found = await self._usable(owner, store_id)
+        found = await self.usable(owner, store_id)
         text = query if isinstance(query, str) else " ".join(query)
         weights, threshold = _options(filters, ranking_options)
         embedder = self.embedder(str(found["embedding_model"]))
@@ -394,7 +394,7 @@ class VectorStores:
             )
         return hits
 
-    async def _usable(self, owner: str, store_id: str, *, touch: bool = True) -> JSON:
+    async def usable(self, owner: str, store_id: str, *, touch: bool = True) -> JSON:
         """The store, refused (400 ``vector_store_expired``) once expired; a use (``touch``: a search)
         moves its ``last_active_at``, the anchor of ``expires_after``."""
         try:
@@ -478,7 +478,7 @@ class VectorStores:
             if owner is None:
                 raise LookupError(store_id)
             try:
-                await self._usable(owner, store_id, touch=False)
+                await self.usable(owner, store_id, touch=False)
             except NotFound:
                 raise LookupError(store_id) from None
             except RetrievalError as exc:
