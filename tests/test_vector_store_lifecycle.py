@@ -262,6 +262,7 @@ def test_an_expired_store_is_refused_then_swept(served: Served) -> None:
             tools=[{"type": "file_search", "vector_store_ids": [kept, store_id]}],
         )
     assert err.value.param == "tools[0].vector_store_ids[1]" and "expired" in err.value.message
+    assert err.value.code == "vector_store_expired"
     # Refusals are not uses: it stays expired. Reading it still works; another key sees nothing.
     assert client.vector_stores.retrieve(store_id).last_active_at == before
     assert [p.text for p in client.vector_stores.files.content(ids["log.txt"], vector_store_id=store_id)]

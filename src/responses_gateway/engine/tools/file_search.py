@@ -159,10 +159,12 @@ class FileSearch(HostedTool):
                 param=f"{param}.vector_store_ids[{at}]",
                 code="not_found",
             ) from None
-        except ValueError as exc:  # the service's RetrievalError: a bad filter or ranking option
-            where = getattr(exc, "param", None)
+        except ValueError as exc:  # the service's RetrievalError: a bad filter or option, an expired store
+            where, code = getattr(exc, "param", None), getattr(exc, "code", None)
             raise RequestError(
-                str(exc), param=f"{param}.{where}" if isinstance(where, str) and where else param
+                str(exc),
+                param=f"{param}.{where}" if isinstance(where, str) and where else param,
+                code=code if isinstance(code, str) else None,
             ) from None
         for item in history:
             if item.get("type") == self.kind:
