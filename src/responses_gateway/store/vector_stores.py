@@ -188,6 +188,12 @@ class VectorStoreTables:
         """Delete the store with its files, batches and chunks if it is still expired at ``now``; False
         when it is not (gone already: another instance's sweep, or a new expiry)."""
         async with self.db.transaction() as tx:
+            # The files' rows first, then the store's: the order an ingestion's complete_file takes
+            # them in, so the two cannot deadlock on PostgreSQL.
+            await tx.fetch(
+                "SELECT file_id FROM rg_vector_store_files WHERE vector_store_id = ?" + self.db.for_update,
+                store_id,
+            )
             row = await tx.fetchone(
                 "SELECT id FROM rg_vector_stores WHERE id = ? AND expires_at <= ?" + self.db.for_update,
                 store_id,
@@ -396,9 +402,12 @@ class VectorStoreTables:
     async def detach_everywhere(self, tx: Tx, owner: str, file_id: str) -> list[str]:
         """Detach ``file_id`` from every store of ``owner`` that holds it (its chunks go), inside
         ``tx`` (the Files API's delete); the stores it left."""
+        # Locks the attachments (not the stores) first, as an ingestion's complete_file does.
+        lock = " FOR UPDATE OF f" if self.db.for_update else ""
         rows = await tx.fetch(
             "SELECT f.vector_store_id FROM rg_vector_store_files f JOIN rg_vector_stores s "
-            "ON s.id = f.vector_store_id WHERE f.file_id = ? AND s.owner = ? ORDER BY f.vector_store_id",
+            "ON s.id = f.vector_store_id WHERE f.file_id = ? AND s.owner = ? ORDER BY f.vector_store_id"
+            + lock,
             file_id,
             owner,
         )
