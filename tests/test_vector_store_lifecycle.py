@@ -388,3 +388,46 @@ def test_the_migration_gives_existing_stores_their_expiry(
             await db.close()
 
     assert [tuple(r) for r in asyncio.run(run())] == [("vs_a", 500 + 3 * DAY), ("vs_b", None)]
+
+
+def test_deleting_a_store_while_an_ingestion_finishes_does_not_deadlock(served: Served) -> None:
+    """PostgreSQL: an ingestion finishing (it holds its attachment's row, then bumps the store's
+    version) and a delete of the same store at that moment. The delete waits for the attachment
+    before it touches the store, so both complete instead of one dying in a deadlock."""
+    if not served.url.startswith("postgresql"):
+        pytest.skip("SQLite's write transactions are serial: no row locks to order")
+    client = _client(served.gw)
+    store_id, ids = _store_with(client, {"log.txt": ESSAY})
+    owner = served.sql("SELECT owner FROM rg_vector_stores WHERE id = ?", store_id)[0][0]
+
+    async def race() -> None:
+        import asyncpg
+
+        ingestion = await asyncpg.connect(served.url)
+        db = database_for_url(served.url)
+        await db.open()
+        try:
+            tx = ingestion.transaction()
+            await tx.start()
+            await ingestion.fetch(
+                "SELECT status FROM rg_vector_store_files WHERE vector_store_id = $1 AND file_id = $2 "
+                "FOR UPDATE",
+                store_id,
+                ids["log.txt"],
+            )
+            delete = asyncio.create_task(VectorStoreTables(db).delete_store(owner, store_id))
+            await asyncio.sleep(0.5)
+            assert not delete.done()  # waiting for the attachment the ingestion holds
+            await ingestion.execute(
+                "UPDATE rg_vector_stores SET version = version + 1 WHERE id = $1", store_id
+            )
+            await tx.commit()
+            await asyncio.wait_for(delete, 30)
+        finally:
+            await ingestion.close()
+            await db.close()
+
+    asyncio.run(race())
+    assert served.chunks(store_id) == 0
+    with pytest.raises(openai.NotFoundError):
+        client.vector_stores.retrieve(store_id)

@@ -188,12 +188,7 @@ class VectorStoreTables:
         """Delete the store with its files, batches and chunks if it is still expired at ``now``; False
         when it is not (gone already: another instance's sweep, or a new expiry)."""
         async with self.db.transaction() as tx:
-            # The files' rows first, then the store's: the order an ingestion's complete_file takes
-            # them in, so the two cannot deadlock on PostgreSQL.
-            await tx.fetch(
-                "SELECT file_id FROM rg_vector_store_files WHERE vector_store_id = ?" + self.db.for_update,
-                store_id,
-            )
+            await self._lock_files(tx, store_id, None)
             row = await tx.fetchone(
                 "SELECT id FROM rg_vector_stores WHERE id = ? AND expires_at <= ?" + self.db.for_update,
                 store_id,
@@ -248,7 +243,20 @@ class VectorStoreTables:
     async def delete_store(self, owner: str, store_id: str) -> None:
         async with self.db.transaction() as tx:
             await self._store(tx, owner, store_id)
+            await self._lock_files(tx, store_id, None)
             await self._delete_everything(tx, store_id)
+
+    async def _lock_files(self, tx: Tx, store_id: str, file_id: str | None) -> None:
+        """Lock a store's attachments (or one) before anything touches the store's row: the order an
+        ingestion's complete_file takes them in, so a delete and a finishing ingestion cannot deadlock
+        on PostgreSQL (a no-op on SQLite, whose write transactions are serial)."""
+        if not self.db.for_update:
+            return
+        where, args = "vector_store_id = ?", [store_id]
+        if file_id is not None:
+            where += " AND file_id = ?"
+            args.append(file_id)
+        await tx.fetch(f"SELECT file_id FROM rg_vector_store_files WHERE {where}" + self.db.for_update, *args)
 
     async def _delete_everything(self, tx: Tx, store_id: str) -> None:
         await self._delete_chunks(tx, store_id, None)
@@ -381,6 +389,7 @@ class VectorStoreTables:
         async with self.db.transaction() as tx:
             await self._store(tx, owner, store_id)
             await self._file(tx, owner, store_id, file_id)
+            await self._lock_files(tx, store_id, file_id)
             await self._delete_chunks(tx, store_id, file_id)
             await tx.execute(
                 "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
