@@ -184,7 +184,8 @@ class Exchange:
 class RecordingProxy:
     """Forwards every request to the gateway byte for byte (streaming) and records both sides."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, timeout: float = 30) -> None:
+        """``timeout``: for each read from the gateway (a slow model may say nothing for a while)."""
         self.exchanges: list[Exchange] = []
         proxy = self
 
@@ -208,7 +209,7 @@ class RecordingProxy:
                 }
                 data = bytearray()
                 with (
-                    httpx.Client(timeout=30) as client,
+                    httpx.Client(timeout=timeout) as client,
                     client.stream(self.command, upstream + self.path, content=raw, headers=headers) as reply,
                 ):
                     exchange.status = reply.status_code
@@ -327,16 +328,23 @@ def run_codex(
     idle_timeout_ms: int = 20000,
     websockets: bool = False,
     config: tuple[str, ...] = (),
+    provider_name: str = "responses-gateway",
+    keep: bool = False,
+    resume: bool = False,
+    timeout: float = RUN_TIMEOUT,
 ) -> Run:
     """``codex exec --json`` as a user runs it, in an empty working directory, with a fresh CODEX_HOME.
 
     ``websockets``: the provider says ``supports_websockets = true`` and points at the gateway itself
     (the recording proxy relays HTTP only), so Codex talks WebSocket mode. ``config``: more top-level
-    ``config.toml`` lines."""
+    ``config.toml`` lines. ``provider_name``: the provider's display ``name`` (Codex 0.169 treats a
+    provider named ``OpenAI`` as OpenAI's: it compacts remotely). ``keep``: the session is recorded
+    (not ``--ephemeral``); ``resume``: this run goes on with the last one recorded in the same
+    ``tmp_path`` (``codex exec resume --last``)."""
     home = tmp_path / "codex-home"
     work = tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+    home.mkdir(exist_ok=resume)
+    work.mkdir(exist_ok=resume)
     lines = [
         f'model = "{model}"',
         'model_provider = "gateway"',
@@ -349,7 +357,7 @@ def run_codex(
         "enabled = false",
         "",
         "[model_providers.gateway]",
-        'name = "responses-gateway"',
+        f'name = "{provider_name}"',
         f'base_url = "http://127.0.0.1:{setup.gateway_port if websockets else setup.proxy.port}/v1"',
         'wire_api = "responses"',
         *(["supports_websockets = true"] if websockets else []),
@@ -367,6 +375,7 @@ def run_codex(
     }
     env.update({"CODEX_HOME": str(home), "HOME": str(tmp_path), "GATEWAY_KEY": key, "NO_COLOR": "1"})
     last = tmp_path / "last-message.txt"
+    last.unlink(missing_ok=True)
     done = subprocess.run(
         [
             str(setup.codex),
@@ -374,18 +383,19 @@ def run_codex(
             "--json",
             "--skip-git-repo-check",
             "--dangerously-bypass-approvals-and-sandbox",
-            "--ephemeral",
+            *(() if keep or resume else ("--ephemeral",)),
             "--color",
             "never",
             "-C",
             str(work),
             "-o",
             str(last),
+            *(("resume", "--last") if resume else ()),
             prompt,
         ],
         capture_output=True,
         text=True,
-        timeout=RUN_TIMEOUT,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
         env=env,
         cwd=work,
