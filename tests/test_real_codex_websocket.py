@@ -11,7 +11,10 @@ Compaction: with ``model_auto_compact_token_limit`` below what the model reports
 compacts a custom provider's session itself (its summarising turn with ``compact_prompt``, through
 ``POST /v1/responses`` like any turn: it sends no ``/responses/compact``, ``context_management`` or
 ``compaction_trigger`` to a provider that is not OpenAI's), then goes on from the summary alone; over
-HTTP and over a WebSocket the session finishes from the notes.
+HTTP and over a WebSocket the session finishes from the notes. A provider *named* ``OpenAI`` (any
+``base_url``) is taken for OpenAI's: Codex then compacts remotely, sending its history ending in a
+``compaction_trigger`` item and then the sealed ``compaction`` item the gateway answered, which the
+gateway expands (the notes reach the model only that way).
 """
 
 from __future__ import annotations
@@ -41,6 +44,26 @@ COMPACTING = {
             "steps": [
                 {"function_call": {"name": "exec_command", "arguments": ['{"cmd": "echo hi > out.txt"}']}},
                 # More than the limit below: Codex compacts before its next request.
+                {"usage": {"input_tokens": 9000, "output_tokens": 5}},
+            ]
+        },
+    ],
+}
+# The same session with a provider named "OpenAI": Codex asks the gateway to compact
+# (``compaction_trigger``); the gateway's summarising turn runs on this model.
+REMOTE_COMPACTING = {
+    "model": "codex-remote-compacting",
+    "turns": [
+        {
+            "when": {"text_contains": "Summarize the conversation so far"},
+            "steps": [{"message": ["NOTES: ran echo into out.txt."]}],
+        },
+        # Only the summary, expanded from the compaction item Codex sent back, can lead here.
+        {"when": {"text_contains": "NOTES: ran echo"}, "steps": [{"message": ["Done ", "from the notes."]}]},
+        {"when": {"input_has": "function_call_output"}, "steps": [{"message": "Done without compacting."}]},
+        {
+            "steps": [
+                {"function_call": {"name": "exec_command", "arguments": ['{"cmd": "echo hi > out.txt"}']}},
                 {"usage": {"input_tokens": 9000, "output_tokens": 5}},
             ]
         },
@@ -79,11 +102,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp = tmp_path_factory.mktemp("real-codex-ws")
     script = tmp / "codex-ws.json"
     script.write_text(json.dumps(SCRIPT))
-    compacting = tmp / "codex-compacting.json"
-    compacting.write_text(json.dumps(COMPACTING))
-    catalog = write_catalog(tmp / "catalog.json", ["codex-ws", "codex-compacting"])
+    scripts: list[str] = ["--script", str(script)]
+    for name, content in (("codex-compacting", COMPACTING), ("codex-remote-compacting", REMOTE_COMPACTING)):
+        (tmp / f"{name}.json").write_text(json.dumps(content))
+        scripts += ["--script", str(tmp / f"{name}.json")]
+    catalog = write_catalog(tmp / "catalog.json", ["codex-ws", "codex-compacting", "codex-remote-compacting"])
     args = ("--no-local", "--api-key", KEY, "--keepalive-interval", "0.3", "--log-level", "info")
-    with serving(tmp, *args, "--script", str(script), "--script", str(compacting)) as served:
+    with serving(tmp, *args, *scripts) as served:
         proxy = RecordingProxy(f"http://127.0.0.1:{served.port}")
         try:
             yield Setup(codex, proxy, served.port, served.log, catalog)
@@ -136,3 +161,37 @@ def test_codex_compacts_a_long_session_and_goes_on(setup: Setup, tmp_path: Path,
         # After compacting, Codex sends the summary, not the tool call and its output.
         kinds = {item.get("type") for item in last["input"]}
         assert "function_call" not in kinds and "NOTES: ran echo" in json.dumps(last["input"])
+
+
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_codex_named_openai_compacts_through_the_gateway(
+    setup: Setup, tmp_path: Path, websockets: bool
+) -> None:
+    """With a provider named ``OpenAI`` Codex compacts remotely in the middle of the turn: the history
+    ending in ``compaction_trigger``, answered by one sealed ``compaction`` item, which Codex then
+    sends in place of the history; the gateway expands it, so the turn goes on from the summary."""
+    run = run_codex(
+        setup,
+        tmp_path,
+        "codex-remote-compacting",
+        "Write hi to out.txt",
+        websockets=websockets,
+        config=("model_auto_compact_token_limit = 2000",),
+        provider_name="OpenAI",
+    )
+    assert run.code == 0, run.explain()
+    assert (run.workdir / "out.txt").read_text() == "hi\n"
+    assert [m["text"] for m in run.items("agent_message")] == ["Done from the notes."], run.explain()
+    assert run.items("error") == [], run.explain()
+    if websockets:
+        return
+    first, trigger, after = setup.proxy.responses("codex-remote-compacting")
+    assert not any(item["type"] == "compaction_trigger" for item in first.body["input"])
+    assert trigger.body["input"][-1] == {"type": "compaction_trigger"}
+    assert "function_call_output" in {item["type"] for item in trigger.body["input"]}
+    (item,) = trigger.events[-1]["response"]["output"]
+    assert item["type"] == "compaction" and item["encrypted_content"].startswith("rgs1.")
+    sent = [entry for entry in after.body["input"] if entry.get("type") == "compaction"]
+    assert sent == [{"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]}]
+    # The summary is sealed: Codex never sees it, only the model does once the gateway expands it.
+    assert "NOTES" not in json.dumps(after.body)
