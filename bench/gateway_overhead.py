@@ -10,6 +10,9 @@ Contenders, run in one session, alternating, against one loopback mock (``mock_u
   pinned like ``gateway-chat``: what storing adds, side by side;
 - ``gateway-chat-workers``: ``gateway-chat`` as ``serve --workers N`` (``--gateway-workers``, default 2),
   not pinned: its workers may use every core, the one the load generator and the mock run on included;
+- ``baseline-chat`` / ``baseline-responses``: ``gateway-chat`` / ``gateway-responses`` run from another
+  source tree (``--baseline-src DIR``, e.g. ``git archive main src | tar -x -C DIR``): a before/after A/B
+  of a code change in one alternating session;
 - ``litellm``: LiteLLM proxy's ``/v1/responses`` bridged to the same Chat Completions mock;
 - ``litellm-responses``: LiteLLM's ``/v1/responses`` passing the Responses mock through.
 
@@ -443,6 +446,12 @@ def main() -> int:
         action="store_true",
         help="what-if: run the passthrough without its upstream stream checker (check_upstream: false)",
     )
+    p.add_argument(
+        "--baseline-src",
+        metavar="DIR",
+        help="the baseline-chat/baseline-responses contenders run the gateway with PYTHONPATH=DIR/src "
+        "(another checkout's code) for a before/after comparison in the same run",
+    )
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-install", action="store_true", help="never pip install (LiteLLM, matplotlib)")
     p.add_argument("--no-plot", action="store_true")
@@ -572,6 +581,44 @@ def main() -> int:
                     "model": model,
                     "baseline": "direct-chat" if n == "gateway-chat" else "direct-responses",
                     "server": gw,
+                }
+        base_wanted = [n for n in ("baseline-chat", "baseline-responses") if n in wanted]
+        if base_wanted:
+            if not a.baseline_src:
+                raise SystemExit("the baseline contenders need --baseline-src DIR")
+            src = Path(a.baseline_src).resolve() / "src"
+            if not (src / "responses_gateway").is_dir():
+                raise SystemExit(f"--baseline-src: no responses_gateway package under {src}")
+            port = free_port()
+            cfg = tmp / "gateway-baseline.yaml"
+            gateway_config(
+                cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
+            )
+            exe = Path(PY).parent / "responses-gateway"
+            argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
+            argv += ["--no-local", "--log-level", "warning", "--workers", "1"]
+            results["baseline_src"] = str(src)
+            gwb = Server(
+                "gateway-baseline",
+                argv,
+                f"http://127.0.0.1:{port}/health",
+                proxy_cpus,
+                tmp,
+                env={
+                    "PYTHONPATH": str(src),
+                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
+                    "RG_DATA_DIR": str(tmp / "gateway-baseline-data"),
+                    "RG_STORE_URL": a.gateway_store,
+                },
+            )
+            for n in base_wanted:
+                chat_side = n == "baseline-chat"
+                plan[n] = {
+                    "port": port,
+                    "route": resp,
+                    "model": "bench" if chat_side else "bench-resp",
+                    "baseline": "direct-chat" if chat_side else "direct-responses",
+                    "server": gwb,
                 }
         if "gateway-chat-store" in wanted:
             port = free_port()

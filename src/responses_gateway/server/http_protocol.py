@@ -18,23 +18,43 @@ to keep. :class:`GatewayHttpProtocol` adds:
 
 The timers run only while a head or a body is incomplete, one timer handle per connection checked
 against the time of the last byte: nothing is added to a streamed response's per-event path.
+
+It also offers a lean path for a streamed body: ``scope["extensions"][BODY_WRITER]`` is a
+:class:`BodyWriter`, a callable that writes one body chunk straight to the connection, framed as
+uvicorn's ``send`` frames it, when that ``send`` would do nothing else (the response started with
+chunked framing, not complete, the client still there, the socket not backed up), and otherwise
+returns False so the caller uses the ASGI ``send`` (which waits for a backed-up socket, ignores a gone
+client and completes the response). Same bytes on the wire either way; per event it saves the ASGI
+message, the coroutine and uvicorn's checks.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import weakref
+from typing import Any, cast
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from .types import Receive, Scope, Send
 
-__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_HEAD_TIMEOUT", "DEFAULT_MAX_CONNECTIONS", "GatewayHttpProtocol"]
+__all__ = [
+    "BODY_WRITER",
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_HEAD_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "BodyWriter",
+    "GatewayHttpProtocol",
+    "body_writer",
+]
 
 DEFAULT_HEAD_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 30.0
 DEFAULT_MAX_CONNECTIONS = 8192
+
+# The scope extension under which a request finds its :class:`BodyWriter`.
+BODY_WRITER = "responses_gateway.body_writer"
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 503: b"Service Unavailable"}
 
@@ -75,6 +95,55 @@ async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class BodyWriter:
+    """One request's lean path for body chunks (see the module docstring).
+
+    ``writer(body)`` is True when ``body`` went out as one chunk, exactly the bytes uvicorn's ``send``
+    writes for ``{"type": "http.response.body", "body": body, "more_body": True}``; False when the
+    caller must send that message itself: before the response head, for a HEAD request or a
+    Content-Length response, after the last chunk, once the client is gone, while the socket is backed
+    up (uvicorn's ``send`` then waits for it to drain) or for an empty body. The last chunk always goes
+    through ``send``, which completes the response (keep-alive, the next pipelined request).
+
+    It holds its request's cycle weakly: the scope that carries it must not keep the connection alive.
+    """
+
+    __slots__ = ("_cycle", "_flow", "_write")
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = weakref.ref(cycle)
+        self._flow = cycle.flow
+        self._write = cycle.transport.write
+
+    @property
+    def backed_up(self) -> bool:
+        """The client's socket is backed up (uvicorn's flow control has paused writing)."""
+        return bool(self._flow.write_paused)
+
+    def __call__(self, body: bytes) -> bool:
+        cycle = self._cycle()
+        if (
+            cycle is None
+            or not cycle.chunked_encoding
+            or cycle.response_complete
+            or cycle.disconnected
+            or self._flow.write_paused
+            or not body
+        ):
+            return False
+        self._write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+
+def body_writer(scope: Scope) -> BodyWriter | None:
+    """The lean body path the server offers this request, if it does (another ASGI server: None)."""
+    extensions = scope.get("extensions")
+    if not extensions:
+        return None
+    writer = extensions.get(BODY_WRITER)
+    return writer if isinstance(writer, BodyWriter) else None
 
 
 class GatewayHttpProtocol(HttpToolsProtocol):
@@ -188,6 +257,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 self.app = app
         else:
             super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:
+            # (The request's task has not run yet: it finds the writer in its scope.)
+            scope = cast(Scope, self.scope)
+            scope.setdefault("extensions", {})[BODY_WRITER] = BodyWriter(cycle)
         if not self.parser.should_upgrade() and not self.pipeline:
             # (A pipelined request waits, with reading paused, for the one before it: no clock for it.)
             self._arm("body", self.body_timeout)

@@ -54,10 +54,11 @@ from .bodies import parse_json_body
 from .capabilities import check_capabilities
 from .config import ServerConfig
 from .errors import HTTPError, send_json
+from .http_protocol import body_writer
 from .namespaces import Flattening, adapt_tools
 from .request_log import Observer, RequestLog
 from .router import Router
-from .streaming import DetachedSink, JSONSink, Recording, Sink, SSESink, drive, follow_stream
+from .streaming import DetachedSink, Direct, JSONSink, Recording, Sink, SSESink, drive, follow_stream
 from .types import Receive, Scope, Send
 
 
@@ -538,7 +539,7 @@ class ResponsesAPI:
 
     async def _create(self, scope: Scope, receive: Receive, send: Send, line: RequestLog) -> None:
         ready = await self._prepare(scope, receive, line)
-        await self.run(ready, _HTTPClient(self, send, receive), line)
+        await self.run(ready, _HTTPClient(self, send, receive, body_writer(scope)), line)
 
     async def run(self, ready: Prepared, client: Client, line: RequestLog) -> None:
         """Drive a prepared Response to its end: stored (and recorded) or not, in the background or
@@ -708,7 +709,15 @@ class ResponsesAPI:
         return "cancelled"
 
     async def follow(
-        self, send: Send, receive: Receive, store: Store, owner: str, rid: str, after: int, seal: Seal
+        self,
+        send: Send,
+        receive: Receive,
+        store: Store,
+        owner: str,
+        rid: str,
+        after: int,
+        seal: Seal,
+        direct: Direct | None = None,
     ) -> None:
         """A stored response's events as SSE from ``after`` + 1, then live until it ends."""
         config = self.app.config
@@ -719,6 +728,7 @@ class ResponsesAPI:
             seal=seal,
             keepalive=config.keepalive != "off",
             keepalive_interval=config.keepalive_interval,
+            direct=direct,
         )
 
     # ------------------------------------------------------------------------------ reads and writes
@@ -737,7 +747,9 @@ class ResponsesAPI:
         sealer = self.app.sealer if ENCRYPTED in include else None
         if stream:
             after = query.integer("starting_after", -1, -1)
-            await self.follow(send, receive, store, owner, rid, after, presenter(sealer, owner))
+            await self.follow(
+                send, receive, store, owner, rid, after, presenter(sealer, owner), body_writer(scope)
+            )
             return
         if sealer is not None:
             response = _present_response(response, sealer, owner)
@@ -806,8 +818,8 @@ class ResponsesAPI:
 class _HTTPClient:
     """``POST /v1/responses``' own front end: SSE frames or one JSON body."""
 
-    def __init__(self, api: ResponsesAPI, send: Send, receive: Receive) -> None:
-        self.api, self.send, self.receive = api, send, receive
+    def __init__(self, api: ResponsesAPI, send: Send, receive: Receive, direct: Direct | None) -> None:
+        self.api, self.send, self.receive, self.direct = api, send, receive, direct
 
     def sink(self, request: ResponseRequest, seal: Seal) -> Sink:
         if not request.stream:
@@ -819,13 +831,14 @@ class _HTTPClient:
             keepalive=config.keepalive,
             keepalive_interval=config.keepalive_interval,
             seal=seal,
+            direct=self.direct,
         )
 
     async def background(
         self, request: ResponseRequest, store: Store, owner: str, rid: str, snapshot: JSON, seal: Seal
     ) -> None:
         if request.stream:
-            await self.api.follow(self.send, self.receive, store, owner, rid, -1, seal)
+            await self.api.follow(self.send, self.receive, store, owner, rid, -1, seal, self.direct)
         else:
             await send_json(self.send, 200, orjson.dumps(seal([{"response": snapshot}])[0]["response"]))
 

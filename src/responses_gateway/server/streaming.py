@@ -43,6 +43,7 @@ from .types import Receive, Send
 __all__ = [
     "ClientWatch",
     "DetachedSink",
+    "Direct",
     "JSONSink",
     "Recording",
     "SSESink",
@@ -174,6 +175,9 @@ STOPS: dict[str, tuple[str, str, str | None]] = {
 }
 
 Seal = Callable[[list[JSON]], list[JSON]]
+# The server's lean body path (``http_protocol.BodyWriter``): writes one non-final body chunk and
+# says True, or says False and the ASGI ``send`` is used.
+Direct = Callable[[bytes], bool]
 
 
 def _identity(events: list[JSON]) -> list[JSON]:
@@ -255,6 +259,7 @@ class _Relay:
     __slots__ = (
         "_builder",
         "_busy",
+        "_direct",
         "_interval",
         "_loop",
         "_mode",
@@ -276,8 +281,10 @@ class _Relay:
         interval: float,
         record: Callable[[list[JSON], JSON | None], None] = _no_record,
         seal: Seal = _identity,
+        direct: Direct | None = None,
     ) -> None:
         self._send = send
+        self._direct = direct
         self._builder = builder
         self._record = record
         self._seal = seal
@@ -317,6 +324,10 @@ class _Relay:
             self._started = True
             queue.append(self._head())
             self._arm()
+        elif self._busy is None and self._direct is not None and self._direct(body):
+            # The lean path: one framed write, no ASGI message (http_protocol.BodyWriter).
+            self.last = self._loop.time()
+            return None
         queue.append({"type": "http.response.body", "body": body, "more_body": True})
         busy = self._busy
         if busy is not None:
@@ -347,6 +358,9 @@ class _Relay:
     async def send(self, body: bytes, *, more: bool = True) -> None:
         while self._busy is not None:
             await self._busy  # what was pushed (events, a keepalive) goes first
+        if more and self._direct is not None and self._direct(body):
+            self.last = self._loop.time()
+            return
         self._sending = True
         try:
             await self._send({"type": "http.response.body", "body": body, "more_body": more})
@@ -593,8 +607,9 @@ class SSESink(_Relay):
         keepalive: KeepaliveMode,
         keepalive_interval: float,
         seal: Seal = _identity,
+        direct: Direct | None = None,
     ) -> None:
-        super().__init__(send, None, keepalive, keepalive_interval, seal=seal)
+        super().__init__(send, None, keepalive, keepalive_interval, seal=seal, direct=direct)
         self.receive: Receive | None = receive
 
     @property
@@ -621,16 +636,7 @@ class SSESink(_Relay):
         if not self._started:
             await self.start(_encode(self._seal(events)))
             return
-        while self._busy is not None:
-            await self._busy  # what was pushed (events, a keepalive) goes first
-        self._sending = True
-        try:
-            await self._send(
-                {"type": "http.response.body", "body": _encode(self._seal(events)), "more_body": True}
-            )
-        finally:
-            self._sending = False
-        self.last = self._loop.time()
+        await self.send(_encode(self._seal(events)))
 
     def quiet(self) -> None:
         self.stop_timer()
@@ -827,6 +833,7 @@ async def follow_stream(
     seal: Seal = _identity,
     keepalive: bool = True,
     keepalive_interval: float = 10.0,
+    direct: Direct | None = None,
 ) -> None:
     """Send a stored response's events (replayed, then live) as SSE until it ends or the client leaves.
 
@@ -834,7 +841,7 @@ async def follow_stream(
     that goes away stops only this follower, never the response.
     """
     watch = ClientWatch(receive)
-    relay = _Relay(send, None, "comment" if keepalive else "off", keepalive_interval)
+    relay = _Relay(send, None, "comment" if keepalive else "off", keepalive_interval, direct=direct)
     try:
         await relay.start(b"")
         async for event in events:
