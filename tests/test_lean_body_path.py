@@ -11,7 +11,8 @@ import asyncio
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
+from typing import Any
 
 import orjson
 import pytest
@@ -297,3 +298,63 @@ def test_the_connection_serves_on_after_a_stream(upstream: UpstreamMock, served:
         while len(body) < length:
             body.extend(sock.recv(1 << 16))
         assert orjson.loads(bytes(body))["status"] == "ok"
+
+
+class _Steps:
+    """An awaitable's iterator that is not a generator (no ``send``/``throw``), as granian's is."""
+
+    def __init__(self, inner: Iterator[Any]) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> _Steps:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._inner)
+
+
+class _PlainAwaitable:
+    def __init__(self, coro: Awaitable[None]) -> None:
+        self._coro = coro
+
+    def __await__(self) -> Iterator[Any]:
+        return _Steps(self._coro.__await__())
+
+
+class _AnotherServer:
+    """The gateway's app as another ASGI server runs it: no lean body path in the scope, and a
+    ``send`` that returns a plain awaitable rather than a coroutine."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope = {k: v for k, v in scope.items() if k != "extensions"}
+        await self.app(scope, receive, lambda message: _PlainAwaitable(send(message)))
+
+
+def test_a_server_without_the_lean_path_streams_through_any_awaitable_send(
+    upstream: UpstreamMock, served: Gateway, writes: dict[str, int]
+) -> None:
+    chat = OpenAIChatProvider(base_url=upstream.url + "/v1", api_key="sk-lean", upstream_model="m")
+    chat.name = "chat"
+    gw = start_gateway([chat], keepalive="off")
+    try:
+        config = gw.server.config
+        config.loaded_app = _AnotherServer(config.loaded_app)  # what new connections are served by
+        # A slow reader too, so that a send suspends and is finished by the relay's own task.
+        pieces = [f"<{i:05d}>" + "z" * 1000 for i in range(3000)]
+        upstream.reset([stream_reply(chat_body(pieces), delay=0)])
+        asked = writes["lean"] + writes["declined"]
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", gw.port))
+            sock.sendall(request_bytes())
+            time.sleep(0.5)
+            _, chunks = read_response(sock, bytearray())
+        events = decode_sse(b"".join(chunks))
+        check_stream(events)
+        assert accumulate(events).response["output"][0]["content"][0]["text"] == "".join(pieces)
+        assert writes["lean"] + writes["declined"] == asked  # no writer was offered
+    finally:
+        gw.stop()

@@ -12,7 +12,9 @@ The sinks each do one thing: :class:`SSESink` (a streamed response: SSE frames, 
 or an HTTP error) and :class:`DetachedSink` (a background run: no client, keepalives recorded).
 
 Costs on the hot path are kept to a ``take()``, one record, one encode per event, one ``send`` per
-yield and a float store for the keepalive clock: the keepalive is a single timer handle that, when it
+yield (or, when the server offers its lean body path, ``http_protocol.BodyWriter``, one framed socket
+write with no ASGI message; ``send`` still carries the head, the last chunk and anything the writer
+declines) and a float store for the keepalive clock: the keepalive is a single timer handle that, when it
 fires, checks how long the stream has really been silent and re-arms itself, so nothing is rescheduled
 per event. Client disconnects are noticed by one watcher task per request (``receive()`` returning
 ``http.disconnect``), which cancels the request task; the provider's generator then sees the
@@ -26,7 +28,7 @@ import contextlib
 import logging
 import types
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -227,20 +229,25 @@ def _encode(events: list[dict[str, Any]]) -> bytes:
 
 
 @types.coroutine
-def _resume(coro: Generator[Any, Any, None], yielded: Any) -> Generator[Any, Any, None]:
+def _resume(coro: Iterator[Any], yielded: Any) -> Generator[Any, Any, None]:
     """Go on driving ``coro`` (an awaitable's iterator), which was stepped outside any task and
-    suspended on ``yielded``."""
+    suspended on ``yielded``. A coroutine's iterator is a generator; another server's ``send`` may
+    return an awaitable whose iterator is a plain iterator (granian's), stepped with ``next``."""
+    step = getattr(coro, "send", None)
+    throw = getattr(coro, "throw", None)
     while True:
         try:
             sent = yield yielded
         except BaseException as exc:
+            if throw is None:
+                raise
             try:
-                yielded = coro.throw(exc)
+                yielded = throw(exc)
             except StopIteration:
                 return
         else:
             try:
-                yielded = coro.send(sent)
+                yielded = step(sent) if step is not None else next(coro)
             except StopIteration:
                 return
 
@@ -336,7 +343,7 @@ class _Relay:
         while queue:
             coro = send(queue.pop(0)).__await__()
             try:
-                yielded = coro.send(None)
+                yielded = next(coro)  # (a generator's send(None); any awaitable's iterator has it)
             except StopIteration:
                 continue
             busy = self._busy = self._loop.create_task(self._drain(coro, yielded))
@@ -344,7 +351,7 @@ class _Relay:
         self.last = self._loop.time()
         return None
 
-    async def _drain(self, coro: Generator[Any, Any, None], yielded: Any) -> None:
+    async def _drain(self, coro: Iterator[Any], yielded: Any) -> None:
         """Finish the send that suspended, then what was pushed meanwhile."""
         try:
             await _resume(coro, yielded)
