@@ -102,10 +102,11 @@ class BodyWriter:
 
     ``writer(body)`` is True when ``body`` went out as one chunk, exactly the bytes uvicorn's ``send``
     writes for ``{"type": "http.response.body", "body": body, "more_body": True}``; False when the
-    caller must send that message itself: before the response head, for a HEAD request or a
-    Content-Length response, after the last chunk, once the client is gone, while the socket is backed
-    up (uvicorn's ``send`` then waits for it to drain) or for an empty body. The last chunk always goes
-    through ``send``, which completes the response (keep-alive, the next pipelined request).
+    caller must send that message itself: before the response head, for a Content-Length response,
+    after the last chunk, once the client is gone, while the socket is backed up (uvicorn's ``send``
+    then waits for it to drain) or for an empty body. The last chunk always goes through ``send``,
+    which completes the response (keep-alive, the next pipelined request). A HEAD request is offered
+    no writer at all.
 
     It holds its request's cycle weakly: the scope that carries it must not keep the connection alive.
     """
@@ -138,7 +139,8 @@ class BodyWriter:
 
 
 def body_writer(scope: Scope) -> BodyWriter | None:
-    """The lean body path the server offers this request, if it does (another ASGI server: None)."""
+    """The lean body path the server offers this request, if it does (another ASGI server, or a HEAD
+    request: None)."""
     extensions = scope.get("extensions")
     if not extensions:
         return None
@@ -258,8 +260,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         else:
             super().on_headers_complete()
         cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:
-            # (The request's task has not run yet: it finds the writer in its scope.)
+        if cycle is not None and cycle.scope is self.scope and self.scope["method"] != "HEAD":
+            # (The request's task has not run yet: it finds the writer in its scope. A HEAD answer
+            # has no body, which uvicorn's send sees to even when the head says chunked: no writer.)
             scope = cast(Scope, self.scope)
             scope.setdefault("extensions", {})[BODY_WRITER] = BodyWriter(cycle)
         if not self.parser.should_upgrade() and not self.pipeline:
