@@ -57,7 +57,7 @@ WORKER_HEADER = "x-gateway-worker"
 # The workers' socket directory (store/live.py's SiblingLiveLog): <tmp>/rg-workers-<parent pid>-<random>.
 SIBLINGS_PREFIX = "rg-workers-"
 # The young generation's collection threshold once started (CPython's default is 700); see startup.
-GC_YOUNG = 10_000
+GC_YOUNG = 3_000
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
