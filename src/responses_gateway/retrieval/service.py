@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from ..store.vector_stores import VectorStoreTables
 from .chunking import chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
+from .keyword_index import KeywordIndex, query_terms
 from .vector_index import VectorIndex
 
 __all__ = ["RetrievalError", "VectorStores", "extract_text"]
@@ -38,17 +38,6 @@ MAX_RESULTS = 50
 MAX_CHUNKS_PER_FILE = 20_000
 MAX_QUERY_CHARS = 4096
 MAX_ATTRIBUTES = 16
-_TERM = re.compile(r"\w+", re.UNICODE)
-# English stop words (PostgreSQL's 'english' configuration drops these; FTS5 would match them), left
-# out of the BM25 query on both back ends so a question's filler words rank nothing.
-_STOP_TEXT = """a about above after again against all am an and any are as at be because been before being
-below between both but by can did do does doing don down during each few for from further had has
-have having he her here hers herself him himself his how i if in into is it its itself just me more
-most my myself no nor not now of off on once only or other our ours ourselves out over own same she
-should so some such than that the their theirs them themselves then there these they this those
-through to too under until up very was we were what when where which while who whom why will with
-you your yours yourself yourselves"""
-STOP_WORDS = frozenset(_STOP_TEXT.split())
 
 
 class RetrievalError(ValueError):
@@ -92,14 +81,6 @@ def check_attributes(value: Any, param: str = "attributes") -> JSON:
     return value
 
 
-def _terms(query: str) -> list[str]:
-    seen: dict[str, None] = {}
-    for term in _TERM.findall(query.lower()):
-        if term not in STOP_WORDS:
-            seen.setdefault(term, None)
-    return list(seen)[:64]
-
-
 class VectorStores:
     """Vector stores over the store's database, for the HTTP API and the file_search tool."""
 
@@ -116,6 +97,7 @@ class VectorStores:
         self._remote = remote
         self._tables: VectorStoreTables | None = None
         self._index: VectorIndex | None = None
+        self._keywords: KeywordIndex | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ingest_lock = asyncio.Lock()
 
@@ -127,6 +109,7 @@ class VectorStores:
             return
         self._tables = VectorStoreTables(store.db)
         self._index = VectorIndex(self._tables)
+        self._keywords = KeywordIndex(self._tables)
         for store_id, file_id in await self._tables.in_progress():
             self._spawn(self._ingest(store_id, file_id, None))
 
@@ -156,6 +139,7 @@ class VectorStores:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tables = None
         self._index = None
+        self._keywords = None
 
     @property
     def tables(self) -> VectorStoreTables:
@@ -254,6 +238,8 @@ class VectorStores:
         await self.tables.delete_store(owner, store_id)
         if self._index is not None:
             self._index.forget(store_id)
+        if self._keywords is not None:
+            self._keywords.forget(store_id)
 
     @property
     def index(self) -> VectorIndex:
@@ -261,6 +247,13 @@ class VectorStores:
             self.tables  # noqa: B018 (raises the 404 saying why)
             raise RuntimeError("no vector index")
         return self._index
+
+    @property
+    def keywords(self) -> KeywordIndex:
+        if self._keywords is None:
+            self.tables  # noqa: B018 (raises the 404 saying why)
+            raise RuntimeError("no keyword index")
+        return self._keywords
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -346,7 +339,7 @@ class VectorStores:
         embedder = self.embedder(str(found["embedding_model"]))
         dimensions = int(found["dimensions"])
         files = await self.tables.searchable_files(store_id)
-        # Read now, so the vector side need not ask the database (it would queue behind BM25).
+        # Read now, so neither index need ask the database again while the other side runs.
         version = await self.tables.version(store_id)
         allowed = [f for f in files if filters is None or matches(filters, f[2])]
         if not allowed:
@@ -354,10 +347,12 @@ class VectorStores:
         restrict = None if len(allowed) == len(files) else [f[0] for f in allowed]
         depth = max(max_num_results * 4, 40)
         w_vec, w_text = weights
-        # BM25 (on the database's thread or pool) runs while the query is embedded and the vectors
-        # searched (worker threads): the two sides overlap. A side weighted 0 is not computed.
+        # BM25 (in memory, a worker thread for large stores) runs while the query is embedded and
+        # the vectors searched: the two sides overlap. A side weighted 0 is not computed.
         text_side = asyncio.ensure_future(
-            self.tables.text_search(store_id, _terms(text), depth, restrict) if w_text else _nothing()
+            self.keywords.search(store_id, query_terms(text), limit=depth, file_ids=restrict, version=version)
+            if w_text
+            else _nothing()
         )
         try:
             vector_ids = (
