@@ -43,13 +43,23 @@ from typing import Any
 
 import numpy as np
 
-from responses_gateway.retrieval.keyword_index import STOP_WORDS, query_terms
+from responses_gateway.retrieval.keyword_index import query_terms
 from responses_gateway.retrieval.service import VectorStores
 from responses_gateway.store import Store, open_store
 
 OWNER = "bench"
 # 250 tokens: one chunk is one window of the model (256 with [CLS] and [SEP]).
 CHUNKING = {"type": "static", "static": {"max_chunk_size_tokens": 250, "chunk_overlap_tokens": 50}}
+# What search left out of the FTS5 query before the in-memory index (the list of PostgreSQL's
+# 'english' configuration), for the FTS5 comparison.
+_STOP_TEXT = """a about above after again against all am an and any are as at be because been before being
+below between both but by can did do does doing don down during each few for from further had has
+have having he her here hers herself him himself his how i if in into is it its itself just me more
+most my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+you your yours yourself yourselves"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
 SIDES = {
     "bm25": {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}},
     "vectors": {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}},

@@ -473,6 +473,36 @@ def test_sqlite_and_postgresql_give_the_same_results(
         pg.stop()
 
 
+def test_a_write_through_one_instance_reaches_the_other(tmp_path: Path) -> None:
+    """Two gateways on one PostgreSQL database: the BM25 and vector indexes one holds in memory follow
+    the other's writes (the store's version moves), for a file attached and then detached."""
+    url = fresh_pg_database("rg_vector_stores_two")
+    one, two = _start(url, tmp_path / "one"), _start(url, tmp_path / "two")
+    try:
+        text_only = {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}}
+        first, second = _client(one), _client(two)
+        store = first.vector_stores.create(name="shared")
+        cats = first.files.create(file=("cats.txt", CORPUS["cats.txt"][0]), purpose="assistants")
+        first.vector_stores.files.create_and_poll(
+            vector_store_id=store.id, file_id=cats.id, poll_interval_ms=100
+        )
+        # Both indexes of the first gateway are built now, without the volcano file.
+        assert _top_files(first, store.id, "magma Etna", ranking_options=text_only) == []
+        assert _top_files(first, store.id, "magma Etna", max_num_results=5) == ["cats.txt"]
+        lava = second.files.create(file=("volcanoes.md", CORPUS["volcanoes.md"][0]), purpose="assistants")
+        second.vector_stores.files.create_and_poll(
+            vector_store_id=store.id, file_id=lava.id, poll_interval_ms=100
+        )
+        assert _top_files(first, store.id, "magma Etna", ranking_options=text_only) == ["volcanoes.md"]
+        assert _top_files(first, store.id, "magma Etna", max_num_results=5) == ["volcanoes.md", "cats.txt"]
+        second.vector_stores.files.delete(lava.id, vector_store_id=store.id)
+        assert _top_files(first, store.id, "magma Etna", ranking_options=text_only) == []
+        assert _top_files(first, store.id, "magma Etna", max_num_results=5) == ["cats.txt"]
+    finally:
+        one.stop()
+        two.stop()
+
+
 # ------------------------------------------------------------------ the file_search tool's entry point
 def test_search_for_tool(tmp_path: Path) -> None:
     async def scenario() -> None:

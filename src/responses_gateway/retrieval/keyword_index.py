@@ -10,13 +10,13 @@ Why not FTS5's ``bm25()`` / PostgreSQL's ``ts_rank``: both compute the rank of e
 the database, which for a common word at 100k chunks took 50-150 ms here (docs/file-search.md,
 Measured); here a query term costs one numpy pass over its postings (about 1 ms for a word in half the
 chunks). And the two back ends weighed matches differently. Memory: the postings (an int32 chunk
-position and a uint16 term count per distinct term of a chunk), the chunk lengths, ids and files, and
+position and a float32 BM25 term weight per distinct term of a chunk), the chunk ids and files, and
 the vocabulary; about 0.6-1 kB per chunk of 250 tokens (``KeywordIndex.stats``). The least recently
 searched stores are dropped past ``max_bytes``.
 
-Tokens: lowercase ``\\w+`` runs, stemmed by the Snowball English stemmer (PyStemmer), the same
-function at build and at query time; words of one character and numbers longer than 12 digits are
-left out (noise in the postings).
+Tokens: lowercase ``\\w`` runs of 2 to 64 characters, stemmed by the Snowball English stemmer
+(PyStemmer, C), the same function at build and at query time. No stop word list: IDF weighs
+common words down, and keeping them measured better (docs/file-search.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import Stemmer
 
-__all__ = ["BM25_B", "BM25_K1", "STOP_WORDS", "KeywordIndex", "build", "query_terms", "tokenize"]
+__all__ = ["BM25_B", "BM25_K1", "KeywordIndex", "build", "query_terms", "tokenize"]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -42,16 +42,6 @@ MAX_QUERY_TERMS = 64
 # Above this many chunks the build and the scoring run in a worker thread, not on the event loop.
 _INLINE_ROWS = 20_000
 _WORD = re.compile(r"\w\w+", re.UNICODE)
-# English stop words (PostgreSQL's 'english' configuration's list): they rank nothing, and their
-# postings would be the longest.
-_STOP_TEXT = """a about above after again against all am an and any are as at be because been before being
-below between both but by can did do does doing don down during each few for from further had has
-have having he her here hers herself him himself his how i if in into is it its itself just me more
-most my myself no nor not now of off on once only or other our ours ourselves out over own same she
-should so some such than that the their theirs them themselves then there these they this those
-through to too under until up very was we were what when where which while who whom why will with
-you your yours yourself yourselves"""
-STOP_WORDS = frozenset(_STOP_TEXT.split())
 _STEMMER = Stemmer.Stemmer("english")
 _STEMS: dict[str, str] = {}
 
@@ -66,9 +56,10 @@ def _stem(word: str) -> str:
 
 
 def tokenize(text: str) -> list[str]:
-    """The text's terms in order (repeats kept): lowercased words of two characters or more, English
-    stop words left out, stemmed."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if len(w) <= 64 and w not in STOP_WORDS]
+    """The text's terms in order (repeats kept): lowercased words of two to 64 characters, stemmed.
+    No stop words are dropped: IDF weighs common words down, and a question's keyword may be one
+    (``The "with" statement``)."""
+    return [_stem(w) for w in _WORD.findall(text.lower()) if len(w) <= 64]
 
 
 def query_terms(text: str) -> list[str]:
@@ -217,7 +208,7 @@ def build(version: int, rows: Iterable[tuple[int, str, str]]) -> _Postings:
 
 
 def _term_number(word: str, vocabulary: dict[str, int]) -> int:
-    if len(word) > 64 or word in STOP_WORDS:
+    if len(word) > 64:
         return -1
     return vocabulary.setdefault(_stem(word), len(vocabulary))
 
