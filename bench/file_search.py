@@ -13,11 +13,12 @@ the fusion's settings were chosen on the even positions only.
 
 Latency: stores of 10k and 100k chunks (the corpus's chunks repeated; each copy's vector is the
 original's plus a little noise, renormalised, so neighbours stay realistic) searched with the
-questions in turn. Reported per search: p50 and p99 of the whole ``search`` call (hybrid, the query's
-embedding included), and of each side alone: BM25 in memory (``retrieval/keyword_index.py``, what
-search uses), BM25 by SQLite FTS5 (``VectorStoreTables.text_search``, what search used before, for
-comparison) and the vector product (the query embedded beforehand). Also the first search's time
-(both indexes built) and the BM25 index's memory per chunk.
+questions in turn. Reported per search: p50 and p99 of the whole ``search`` call (hybrid, the
+query's embedding included), of the query's embedding alone, and of each index alone: BM25 in memory
+(``retrieval/keyword_index.py``, what search uses), BM25 by SQLite FTS5
+(``VectorStoreTables.text_search``, what search used before, for comparison) and the vector product
+(the query embedded beforehand). Also the first search's time (both indexes built) and the BM25
+index's memory per chunk.
 
     .venv/bin/python bench/file_search.py [--sizes 10000,100000] [--searches 200] [--quick] [--keep]
         [--json FILE]
@@ -201,7 +202,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             first = time.perf_counter() - t0
             stats = service.keywords.stats(big)
             assert stats is not None
-            timings: dict[str, list[float]] = {"search": [], "bm25": [], "fts": [], "vectors": []}
+            timings: dict[str, list[float]] = {
+                "search": [],
+                "embed": [],
+                "bm25": [],
+                "fts": [],
+                "vectors": [],
+            }
             for i in range(args.searches):
                 question = questions[i % len(questions)]
                 t0 = time.perf_counter()
@@ -209,7 +216,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     OWNER, big, question, max_num_results=10, filters=None, ranking_options=None
                 )
                 timings["search"].append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
                 query_vector = (await asyncio.to_thread(embedder.embed, [question])).vectors[0]
+                timings["embed"].append((time.perf_counter() - t0) * 1000)
                 t0 = time.perf_counter()
                 await service.keywords.search(big, query_terms(question), limit=40, file_ids=None)
                 timings["bm25"].append((time.perf_counter() - t0) * 1000)
@@ -232,6 +241,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             result["latency"][str(size)] = row
             print(
                 f"{size:>7} chunks: search p50 {row['search_ms_p50']} ms, p99 {row['search_ms_p99']} ms; "
+                f"query embedding p50 {row['embed_ms_p50']} / p99 {row['embed_ms_p99']} ms, "
                 f"BM25 in memory p50 {row['bm25_ms_p50']} / p99 {row['bm25_ms_p99']} ms, "
                 f"BM25 FTS5 p50 {row['fts_ms_p50']} / p99 {row['fts_ms_p99']} ms, "
                 f"vectors p50 {row['vectors_ms_p50']} / p99 {row['vectors_ms_p99']} ms; "

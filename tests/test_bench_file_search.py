@@ -30,5 +30,5 @@ def test_file_search_bench_quick(tmp_path: Path) -> None:
     assert all(0 <= v <= 1 for side in result["recall_at_5"].values() for v in side.values())
     [row] = result["latency"].values()
     assert row["chunks"] == 1000 and row["first_search_s"] > 0 and row["bm25_bytes_per_chunk"] > 0
-    for part in ("search", "bm25", "fts", "vectors"):
+    for part in ("search", "embed", "bm25", "fts", "vectors"):
         assert 0 < row[f"{part}_ms_p50"] <= row[f"{part}_ms_p99"], part
