@@ -28,6 +28,7 @@ def test_file_search_bench_quick(tmp_path: Path) -> None:
     assert result["ingestion"]["chunks"] > 6 and result["ingestion"]["chunks_per_s"] > 0
     assert set(result["recall_at_5"]) == {"bm25", "vectors", "hybrid"}
     assert all(0 <= v <= 1 for side in result["recall_at_5"].values() for v in side.values())
+    assert set(result["recall_at_5_stdlib"]) == {"bm25", "vectors", "hybrid"}
     [row] = result["latency"].values()
     assert row["chunks"] == 1000 and row["first_search_s"] > 0 and row["bm25_bytes_per_chunk"] > 0
     for part in ("search", "embed", "bm25", "fts", "vectors"):

@@ -25,6 +25,7 @@ import asyncio
 import math
 import re
 import sys
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,18 +40,22 @@ __all__ = ["BM25_B", "BM25_K1", "KeywordIndex", "build", "query_terms", "tokeniz
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_QUERY_TERMS = 64
-# Above this many chunks the build and the scoring run in a worker thread, not on the event loop.
+# Above this many chunks a query is scored in a worker thread (the build always runs in one).
 _INLINE_ROWS = 20_000
 _WORD = re.compile(r"\w\w+", re.UNICODE)
-_STEMMER = Stemmer.Stemmer("english")
+# PyStemmer's stemmers are not thread-safe: one per thread (builds run in worker threads).
+_STEMMERS = threading.local()
 _STEMS: dict[str, str] = {}
 
 
 def _stem(word: str) -> str:
     stem = _STEMS.get(word)
     if stem is None:
-        stem = sys.intern(_STEMMER.stemWord(word))
-        if len(_STEMS) < 1_000_000:
+        stemmer = getattr(_STEMMERS, "english", None)
+        if stemmer is None:
+            stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
+        stem = sys.intern(stemmer.stemWord(word))
+        if len(_STEMS) < 200_000:  # a cache of distinct words (~30 MB at most)
             _STEMS[word] = stem
     return stem
 
