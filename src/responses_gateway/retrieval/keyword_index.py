@@ -8,11 +8,12 @@ same texts.
 
 Why not FTS5's ``bm25()`` / PostgreSQL's ``ts_rank``: both compute the rank of every matching row in
 the database, which for a common word at 100k chunks took 50-150 ms here (docs/file-search.md,
-Measured); here a query term costs one numpy pass over its postings (about 1 ms for a word in half the
-chunks). And the two back ends weighed matches differently. Memory: the postings (an int32 chunk
-position and a float32 BM25 term weight per distinct term of a chunk), the chunk ids and files, and
-the vocabulary; about 0.5 kB per chunk of 250 tokens (``KeywordIndex.stats``). The least recently
-searched stores are dropped past ``max_bytes``.
+Measured); here a query term costs one numpy gather-and-add over its postings (a whole query 3-4 ms
+p50 at 100k chunks in the benchmark). And the two back ends weighed matches differently.
+
+Memory: the postings (an int32 chunk position and a float32 BM25 term weight per distinct term of
+a chunk), the chunk ids and files, and the vocabulary; about 0.5 kB per chunk of 250 tokens
+(``KeywordIndex.stats``). The least recently searched stores are dropped past ``max_bytes``.
 
 Tokens: lowercase ``\\w`` runs of 2 to 64 characters, stemmed by the Snowball English stemmer
 (PyStemmer, C), the same function at build and at query time. No stop word list: IDF weighs
