@@ -99,6 +99,65 @@ if ! "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc \
     "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "CREATE DATABASE rg_test" postgres </dev/null >&2
 fi
 
+# ------------------------------------------------------------------------------------ pgvector
+# The vector search back end on PostgreSQL (docs/file-search.md). Bookworm ships no binary package,
+# but Debian's archive serves the source (trixie's 0.8.0-1); it is built once against this server's
+# pg_config and installed into its extension directory. The tarball's checksum is pinned (the .dsc's
+# SHA-256, itself pinned); sources are cached under $DIR/pgvector. A failure here does not stop the
+# servers: the gateway falls back to its in-memory index without pgvector, and the tests that need
+# pgvector skip loudly, naming this reason (RG_TEST_PGVECTOR_ERROR in the env file).
+PGVECTOR_VERSION=0.8.0
+PGVECTOR_DSC_SHA256=a71780bf7ab9901094a3d9869c489b6e2bcb858a8c14a5fa52d159933e016308
+PGVECTOR_ORIG_SHA256=867a2c328d4928a5a9d6f052cd3bc78c7d60228a9b914ad32aa3db88e9de27b0
+PGVECTOR_POOL=https://deb.debian.org/debian/pool/main/p/pgvector
+PGVECTOR_ERROR=""
+pgvector_build() {
+    local src="$DIR/pgvector" sharedir pkglibdir pgconfig="$PGBIN/pg_config"
+    if [ ! -x "$pgconfig" ] || [ ! -f "$("$pgconfig" --includedir-server)/postgres.h" ]; then
+        # In a subshell: apt_install's "cannot" must not end the script (PostgreSQL itself is up).
+        (apt_install "postgresql-server-dev-$("$PGBIN/postgres" --version | sed -E 's/.* ([0-9]+)\..*/\1/')") \
+            || { PGVECTOR_ERROR="cannot apt-get install postgresql-server-dev"; return 1; }
+    fi
+    [ -x "$pgconfig" ] || { PGVECTOR_ERROR="no pg_config for $PGBIN"; return 1; }
+    sharedir=$("$pgconfig" --sharedir)
+    pkglibdir=$("$pgconfig" --pkglibdir)
+    if [ -f "$sharedir/extension/vector--$PGVECTOR_VERSION.sql" ] && [ -f "$pkglibdir/vector.so" ]; then
+        return 0
+    fi
+    if ! command -v make >/dev/null || ! command -v gcc >/dev/null; then
+        (apt_install build-essential) || { PGVECTOR_ERROR="cannot apt-get install build-essential"; return 1; }
+    fi
+    mkdir -p "$src"
+    local dsc="$src/pgvector_$PGVECTOR_VERSION-1.dsc" orig="$src/pgvector_$PGVECTOR_VERSION.orig.tar.gz"
+    if ! echo "$PGVECTOR_DSC_SHA256  $dsc" | sha256sum -c --status 2>/dev/null; then
+        curl -fsSL --retry 3 -o "$dsc" "$PGVECTOR_POOL/pgvector_$PGVECTOR_VERSION-1.dsc" \
+            || { PGVECTOR_ERROR="cannot download the pgvector .dsc"; return 1; }
+        echo "$PGVECTOR_DSC_SHA256  $dsc" | sha256sum -c --status \
+            || { PGVECTOR_ERROR="pgvector .dsc checksum mismatch"; return 1; }
+    fi
+    grep -q "$PGVECTOR_ORIG_SHA256 [0-9]* pgvector_$PGVECTOR_VERSION.orig.tar.gz" "$dsc" \
+        || { PGVECTOR_ERROR="the .dsc does not name the pinned tarball"; return 1; }
+    if ! echo "$PGVECTOR_ORIG_SHA256  $orig" | sha256sum -c --status 2>/dev/null; then
+        curl -fsSL --retry 3 -o "$orig" "$PGVECTOR_POOL/pgvector_$PGVECTOR_VERSION.orig.tar.gz" \
+            || { PGVECTOR_ERROR="cannot download the pgvector tarball"; return 1; }
+        echo "$PGVECTOR_ORIG_SHA256  $orig" | sha256sum -c --status \
+            || { PGVECTOR_ERROR="pgvector tarball checksum mismatch"; return 1; }
+    fi
+    rm -rf "$src/build" && mkdir -p "$src/build"
+    tar -xzf "$orig" -C "$src/build" --strip-components=1
+    say "building pgvector $PGVECTOR_VERSION for $("$pgconfig" --version)"
+    # OPTFLAGS empty: no -march=native, as Debian builds it (the build stays portable).
+    make -s -C "$src/build" PG_CONFIG="$pgconfig" OPTFLAGS="" >&2 </dev/null \
+        && make -s -C "$src/build" PG_CONFIG="$pgconfig" install >&2 </dev/null \
+        || { PGVECTOR_ERROR="building pgvector failed"; return 1; }
+}
+if [ "$(id -u)" = 0 ] || [ -w "$("$PGBIN/pg_config" --pkglibdir 2>/dev/null || echo /nonexistent)" ]; then
+    pgvector_build || { [ -n "$PGVECTOR_ERROR" ] || PGVECTOR_ERROR="pgvector could not be installed"; }
+else
+    PGVECTOR_ERROR="this user cannot install pgvector into PostgreSQL's extension directory"
+fi
+[ -z "$PGVECTOR_ERROR" ] || say "pgvector unavailable: $PGVECTOR_ERROR"
+
 # ------------------------------------------------------------------------------------ Redis
 if ! command -v redis-server >/dev/null; then
     apt_install redis-server
@@ -122,6 +181,7 @@ REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 {
     echo "export RG_TEST_POSTGRES_URL=$PG_URL"
     echo "export RG_TEST_REDIS_URL=$REDIS_URL"
+    [ -z "$PGVECTOR_ERROR" ] || printf 'export RG_TEST_PGVECTOR_ERROR=%q\n' "$PGVECTOR_ERROR"
 } >"$ENV_FILE"
 echo "export RG_TEST_POSTGRES_URL=$PG_URL"
 echo "export RG_TEST_REDIS_URL=$REDIS_URL"
