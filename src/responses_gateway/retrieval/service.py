@@ -24,7 +24,7 @@ from .chunking import chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
 from .keyword_index import KeywordIndex, query_terms
-from .vector_index import VectorIndex
+from .vector_index import Index, open_index
 
 __all__ = ["RetrievalError", "VectorStores", "extract_text"]
 
@@ -89,6 +89,7 @@ class VectorStores:
         store: Callable[[], Store | None],
         read_file: FileReader,
         remote: Callable[[str], Embedder | None] | None = None,
+        vector_index: str = "auto",
     ) -> None:
         self._store = store
         self._read_file = read_file
@@ -96,7 +97,8 @@ class VectorStores:
         self.embedders: dict[str, Embedder] = {LOCAL_MODEL: local_embedder()}
         self._remote = remote
         self._tables: VectorStoreTables | None = None
-        self._index: VectorIndex | None = None
+        self._index: Index | None = None
+        self._index_choice = vector_index
         self._keywords: KeywordIndex | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ingest_lock = asyncio.Lock()
@@ -108,7 +110,7 @@ class VectorStores:
         if store is None:
             return
         self._tables = VectorStoreTables(store.db)
-        self._index = VectorIndex(self._tables)
+        self._index = await open_index(self._tables, self._index_choice)
         self._keywords = KeywordIndex(self._tables)
         for store_id, file_id in await self._tables.in_progress():
             self._spawn(self._ingest(store_id, file_id, None))
@@ -237,12 +239,12 @@ class VectorStores:
     async def delete(self, owner: str, store_id: str) -> None:
         await self.tables.delete_store(owner, store_id)
         if self._index is not None:
-            self._index.forget(store_id)
+            await self._index.forget(store_id)
         if self._keywords is not None:
             self._keywords.forget(store_id)
 
     @property
-    def index(self) -> VectorIndex:
+    def index(self) -> Index:
         if self._index is None:
             self.tables  # noqa: B018 (raises the 404 saying why)
             raise RuntimeError("no vector index")

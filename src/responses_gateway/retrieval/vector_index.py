@@ -1,32 +1,41 @@
-"""Each vector store's vectors as one matrix in memory: exact cosine search by one matrix product.
+"""The vector side of search: which back end finds a store's nearest chunks (``serve --vector-index``).
 
-The vectors live in the database with their chunks (``store/vector_stores.py``); a store's matrix is
-read on its first search and again whenever the store's ``version`` has moved (any instance's write
-or delete of its chunks bumps it), so several gateway instances on one database stay consistent. A
-matrix product over 100k 384-dimension vectors takes a few milliseconds; the memory is 1.5 kB per
-chunk, and the least recently searched stores are dropped past ``max_bytes``.
+- ``memory`` (:class:`VectorIndex`): each store's vectors as one matrix in memory, exact cosine by
+  one matrix product. The vectors live in the database with their chunks
+  (``store/vector_stores.py``); a store's matrix is read on its first search and again whenever the
+  store's ``version`` has moved (any instance's write or delete of its chunks bumps it). 1.5 kB of
+  memory per chunk in every process (each worker of ``serve --workers N``), the least recently
+  searched stores dropped past ``max_bytes``.
+- ``sqlite-vec`` / ``sqlite-vec-bit`` / ``pgvector`` / ``pgvector-exact`` (:class:`DatabaseIndex`):
+  the search runs in the database (``store/vector_search.py``), no vectors held in the process.
 
-Why not sqlite-vec: the store's SQLite connection is Python's ``sqlite3``, which on many builds
-(pyenv's among them) cannot load extensions; a second SQLite library in the same process on the
-same file (apsw's) breaks SQLite's POSIX locking (sqlite.org/howtocorrupt.html, 2.2.1: it failed
-here with ``locking protocol`` under load). And on PostgreSQL, pgvector is not in Debian's archive.
-This index is the same on both back ends, so they rank vectors identically.
+:func:`open_index` picks the back end for the store's dialect and falls back to ``memory``, with one
+log line saying why, when the extension is missing; it never fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from ..store.vector_search import BACKENDS, VectorSearch, open_search
 from ..store.vector_stores import VectorStoreTables
 from .blas import one_blas_thread
 
-__all__ = ["VectorIndex"]
+__all__ = ["AUTO", "CHOICES", "DatabaseIndex", "Index", "VectorIndex", "open_index"]
+
+log = logging.getLogger("responses_gateway.retrieval")
+
+# ``auto``: the back end each store dialect gets unless configured (docs/file-search.md, Measured).
+AUTO = {"sqlite": "memory", "postgresql": "pgvector"}
+CHOICES = ("auto", "memory", *BACKENDS)
 
 # Above this many chunks the product runs in a worker thread rather than on the event loop.
 _INLINE_ROWS = 20_000
@@ -45,8 +54,79 @@ class _Matrix:
         return int(self.vectors.nbytes + self.ids.nbytes + self.files.nbytes)
 
 
+class Index(Protocol):
+    """Nearest chunks of a vector store to a query vector, best first (see :meth:`VectorIndex.search`)."""
+
+    name: str
+
+    async def search(
+        self,
+        store_id: str,
+        query: npt.NDArray[np.float32],
+        *,
+        dimensions: int,
+        limit: int,
+        file_ids: Sequence[str] | None,
+        version: int | None = None,
+    ) -> list[int]: ...
+
+    async def forget(self, store_id: str) -> None: ...
+
+
+class DatabaseIndex:
+    """The search in the database: sqlite-vec or pgvector (``store/vector_search.py``)."""
+
+    def __init__(self, search: VectorSearch) -> None:
+        self._search = search
+        self.name = search.name
+
+    async def search(
+        self,
+        store_id: str,
+        query: npt.NDArray[np.float32],
+        *,
+        dimensions: int,
+        limit: int,
+        file_ids: Sequence[str] | None,
+        version: int | None = None,
+    ) -> list[int]:
+        return await self._search.nearest(
+            store_id,
+            query.astype("<f4", copy=False).tobytes(),
+            dimensions=dimensions,
+            limit=limit,
+            file_ids=file_ids,
+            version=version,
+        )
+
+    async def forget(self, store_id: str) -> None:
+        await self._search.forget(store_id)
+
+
+_told: set[str] = set()
+
+
+async def open_index(tables: VectorStoreTables, choice: str = "auto") -> Index:
+    """The vector back end ``choice`` (one of :data:`CHOICES`) for the tables' database; ``memory``
+    when that is what it names, or (logged once per reason) when the extension cannot run here."""
+    if choice not in CHOICES:
+        raise ValueError(f"vector index must be one of {', '.join(CHOICES)}, not {choice!r}")
+    backend = AUTO[tables.db.dialect] if choice == "auto" else choice
+    if backend == "memory":
+        return VectorIndex(tables)
+    found = await open_search(tables.db, backend)
+    if isinstance(found, str):
+        if found not in _told:
+            _told.add(found)
+            log.warning("vector search: %s; using the in-memory index instead", found)
+        return VectorIndex(tables)
+    return DatabaseIndex(found)
+
+
 class VectorIndex:
-    """Nearest chunks of a vector store to a query vector, best first."""
+    """Nearest chunks of a vector store to a query vector, best first, from matrices in memory."""
+
+    name = "memory"
 
     def __init__(self, tables: VectorStoreTables, *, max_bytes: int = 1 << 30) -> None:
         self._tables = tables
@@ -98,7 +178,7 @@ class VectorIndex:
             return await asyncio.to_thread(_nearest, matrix, query, limit, file_ids)
         return _nearest(matrix, query, limit, file_ids)
 
-    def forget(self, store_id: str) -> None:
+    async def forget(self, store_id: str) -> None:
         self._matrices.pop(store_id, None)
         self._locks.pop(store_id, None)
 

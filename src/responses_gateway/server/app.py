@@ -151,7 +151,10 @@ class GatewayApp:
         # Vector stores and embeddings (docs/file-search.md); the file_search tool calls
         # ``self.vector_stores.search_for_tool``.
         self.vector_stores = VectorStores(
-            lambda: self.store, self.files.read, models_file_embedders(registry)
+            lambda: self.store,
+            self.files.read,
+            models_file_embedders(registry),
+            vector_index=self.config.vector_index,
         )
         self._sweeper: asyncio.Future[None] | None = None
         VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)

@@ -8,6 +8,7 @@ from typing import Literal
 from ..engine.tools.mcp import McpServerSpec
 from ..engine.tools.web_search import SearchBackend
 from ..protocol.request import TOOL_TYPES
+from ..retrieval.vector_index import CHOICES as VECTOR_INDEXES
 
 KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
 # Raw reasoning text events: OpenAI's ``response.reasoning_text.delta`` (what Codex and the openai SDK
@@ -85,6 +86,10 @@ class ServerConfig:
     # ``serve --workers N``: the directory where the workers' cancel sockets live (store/live.py's
     # SiblingLiveLog); None for a single process.
     siblings_dir: str | None = None
+    # The vector side of file search (retrieval/vector_index.py, docs/file-search.md): ``auto`` (the
+    # measured default per store dialect), ``memory``, ``sqlite-vec``, ``sqlite-vec-bit``, ``pgvector``,
+    # ``pgvector-exact``; a back end the store cannot run falls back to ``memory``, logged once.
+    vector_index: str = "auto"
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):
@@ -101,6 +106,10 @@ class ServerConfig:
             raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
         if self.traces not in ("off", "console", "otlp"):
             raise ValueError(f"traces must be off, console or otlp, not {self.traces!r}")
+        if self.vector_index not in VECTOR_INDEXES:
+            raise ValueError(
+                f"vector_index must be one of {', '.join(VECTOR_INDEXES)}, not {self.vector_index!r}"
+            )
         if self.mcp_call_timeout <= 0:
             raise ValueError("mcp_call_timeout must be positive")
         if self.keepalive_interval <= 0:

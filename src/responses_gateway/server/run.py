@@ -25,8 +25,14 @@ from ..paths import DATA_DIR_ENV
 from ..paths import data_dir as resolve_data_dir
 from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
+from ..retrieval.vector_index import CHOICES as VECTOR_INDEXES
 from .app import GatewayApp
-from .config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FILE_BYTES, DROPPABLE_TOOL_TYPES, ServerConfig
+from .config import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_FILE_BYTES,
+    DROPPABLE_TOOL_TYPES,
+    ServerConfig,
+)
 from .http_protocol import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -279,6 +285,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="the longest one MCP tool call (or listing) may take before it fails (default 60)",
     )
     parser.add_argument(
+        "--vector-index",
+        choices=VECTOR_INDEXES,
+        default="auto",
+        help="where file search finds the nearest vectors: auto (sqlite: memory, postgresql: pgvector), "
+        "memory (one matrix per store in each process), sqlite-vec, sqlite-vec-bit (binary quantized, "
+        "rescored exactly), pgvector (HNSW for large stores), pgvector-exact; one the store cannot run "
+        "falls back to memory, logged (default auto)",
+    )
+    parser.add_argument(
         "--head-timeout",
         type=float,
         default=DEFAULT_HEAD_TIMEOUT,
@@ -451,6 +466,7 @@ def build_app(
         tool_allow_networks=tuple(args.tool_allow_network),
         mcp_servers=mcp_servers,
         mcp_call_timeout=args.mcp_call_timeout,
+        vector_index=args.vector_index,
         search_backend=search,
         siblings_dir=siblings_dir,
     )

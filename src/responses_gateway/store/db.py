@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from . import sqlite_vec
+
 __all__ = ["Database", "PostgresDatabase", "Row", "SqliteDatabase", "Tx"]
 
 Row = tuple[Any, ...]
@@ -156,6 +158,9 @@ class SqliteDatabase(Database):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
 
         def connect() -> sqlite3.Connection:
+            # sqlite-vec registered (once per process) before the connection opens, so it is in it
+            # (store/sqlite_vec.py; when it cannot load, the vector search falls back and says why).
+            sqlite_vec.load()
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode is crash-safe for the database; only the last commits can be lost on

@@ -223,6 +223,21 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
             "CREATE INDEX rg_files_expiry ON rg_files (expires_at)",
         ],
     ),
+    # The in-database vector search tables (store/vector_search.py: sqlite-vec's vec0, pgvector's
+    # vector(dim)) are created on first use, since they need the extension; this records, per search
+    # table and store, the store's ``version`` its rows match (a search syncs them when it moved).
+    (
+        8,
+        [
+            """CREATE TABLE rg_vs_vec_sync (
+                search_table TEXT NOT NULL,
+                vector_store_id TEXT NOT NULL,
+                version BIGINT NOT NULL,
+                PRIMARY KEY (search_table, vector_store_id)
+            )""",
+            "CREATE INDEX rg_vs_vec_sync_by_store ON rg_vs_vec_sync (vector_store_id)",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
