@@ -308,7 +308,9 @@ class VectorStores:
                     )
                 rows = [row.astype("<f4").tobytes() for row in vectors]
                 usage = sum(len(c.encode("utf-8")) for c in chunks)
-                await tables.complete_file(store_id, file_id, chunks, rows, usage_bytes=usage)
+                if await tables.complete_file(store_id, file_id, chunks, rows, usage_bytes=usage):
+                    # The in-database search table takes the new chunks now, not at the next search.
+                    await self.index.prepare(store_id, dimensions)
             except asyncio.CancelledError:
                 raise
             except RetrievalError as exc:

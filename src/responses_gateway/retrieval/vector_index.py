@@ -72,6 +72,10 @@ class Index(Protocol):
 
     async def forget(self, store_id: str) -> None: ...
 
+    async def prepare(self, store_id: str, dimensions: int) -> None:
+        """After a write of the store's chunks: bring what the back end keeps up to date now, so the
+        next search does not pay for it."""
+
 
 class DatabaseIndex:
     """The search in the database: sqlite-vec or pgvector (``store/vector_search.py``)."""
@@ -101,6 +105,9 @@ class DatabaseIndex:
 
     async def forget(self, store_id: str) -> None:
         await self._search.forget(store_id)
+
+    async def prepare(self, store_id: str, dimensions: int) -> None:
+        await self._search.sync(store_id, dimensions)
 
 
 _told: set[str] = set()
@@ -177,6 +184,14 @@ class VectorIndex:
         if len(matrix.ids) > _INLINE_ROWS:
             return await asyncio.to_thread(_nearest, matrix, query, limit, file_ids)
         return _nearest(matrix, query, limit, file_ids)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory the matrices held now take (every process holds its own)."""
+        return sum(m.nbytes for m in self._matrices.values())
+
+    async def prepare(self, store_id: str, dimensions: int) -> None:
+        """Nothing: a matrix is read on the search that needs it (in whichever process serves it)."""
 
     async def forget(self, store_id: str) -> None:
         self._matrices.pop(store_id, None)
