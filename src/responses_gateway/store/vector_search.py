@@ -12,7 +12,8 @@ its dimension (stores may use embedders of different sizes):
 - PostgreSQL, ``rg_vs_vec_pg_<dim>``: a ``vector(<dim>)`` column with an HNSW index (cosine) and a
   b-tree on (store, file). Stores under ``EXACT_BELOW`` chunks, and filtered searches, are exact
   scans (the b-tree finds the rows; ``+ 0`` on the distance keeps HNSW out); larger stores use HNSW
-  with ``hnsw.iterative_scan`` so the store's own rows keep coming until ``limit`` are found.
+  with ``hnsw.iterative_scan`` so the store's own rows keep coming until ``limit`` are found (an
+  exact scan answers if it still comes back short).
 
 The search tables are filled from ``rg_vs_chunks``, not by the writers: ``rg_vs_vec_sync`` (schema
 version 7) records, per search table and store, the store's ``version`` the table last matched.
@@ -46,7 +47,10 @@ __all__ = [
 log = logging.getLogger("responses_gateway.store")
 
 # PostgreSQL: a store (or a filtered search) under this many chunks is scanned exactly.
-EXACT_BELOW = 20_000
+EXACT_BELOW = 10_000
+# PostgreSQL: HNSW's candidate list (bench/file_search.py, docs/file-search.md: at 100k chunks of
+# near-duplicates, recall@5 against exact 0.65 at 100, 0.88 at 400, 0.94 at 1000; 2-9 ms p50).
+EF_SEARCH = 400
 # SQLite ``bit``: how many times the wanted number of candidates the binary KNN returns for rescoring.
 RESCORE = 8
 
@@ -241,7 +245,7 @@ class PgvectorSearch(VectorSearch):
     prefix = "rg_vs_vec_pg_"
 
     def __init__(
-        self, db: Database, *, hnsw: bool = True, ef_search: int = 100, exact_below: int = EXACT_BELOW
+        self, db: Database, *, hnsw: bool = True, ef_search: int = EF_SEARCH, exact_below: int = EXACT_BELOW
     ) -> None:
         super().__init__(db)
         self.hnsw = hnsw
@@ -299,31 +303,32 @@ class PgvectorSearch(VectorSearch):
         if file_ids is not None:
             files = " AND file_id = ANY(?::text[])"
             extra = [list(file_ids)]
-        small = self._rows.get((table, store_id), 0) < self.exact_below
-        exact = not self.hnsw or file_ids is not None or small
-        if exact:
-            # ``+ 0``: the ordering no longer matches the HNSW index, so the planner scans the store's
-            # rows (through the b-tree) and sorts them exactly.
-            rows = await tx.fetch(
-                f"SELECT chunk_id FROM {table} WHERE vector_store_id = ?{files} "
-                "ORDER BY (embedding <=> ?::real[]::vector) + 0, chunk_id LIMIT ?",
-                store_id,
-                *extra,
+        rows_in_store = self._rows.get((table, store_id), 0)
+        if self.hnsw and file_ids is None and rows_in_store >= self.exact_below:
+            await tx.execute(f"SET LOCAL hnsw.ef_search = {max(int(self.ef_search), int(limit))}")
+            await tx.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            found = await tx.fetch(
+                f"SELECT chunk_id, embedding <=> ?::real[]::vector AS d FROM {table} "
+                f"WHERE vector_store_id = ? ORDER BY d LIMIT ?",
                 _floats(query),
+                store_id,
                 limit,
             )
-            return [int(r[0]) for r in rows]
-        await tx.execute(f"SET LOCAL hnsw.ef_search = {max(int(self.ef_search), int(limit))}")
-        await tx.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            # Iterative scans stop at hnsw.max_scan_tuples: a store that is a small part of a large
+            # table may come back short. Then the exact scan below answers instead.
+            if len(found) >= min(limit, rows_in_store):
+                return [int(r[0]) for r in sorted(found, key=lambda r: (float(r[1]), int(r[0])))]
+        # ``+ 0``: the ordering no longer matches the HNSW index, so the planner scans the store's
+        # rows (through the b-tree) and sorts them exactly.
         rows = await tx.fetch(
-            f"SELECT chunk_id, embedding <=> ?::real[]::vector AS d FROM {table} "
-            f"WHERE vector_store_id = ? ORDER BY d LIMIT ?",
-            _floats(query),
+            f"SELECT chunk_id FROM {table} WHERE vector_store_id = ?{files} "
+            "ORDER BY (embedding <=> ?::real[]::vector) + 0, chunk_id LIMIT ?",
             store_id,
+            *extra,
+            _floats(query),
             limit,
         )
-        # relaxed_order may return a few rows out of order: sorted here, ties by id.
-        return [int(r[0]) for r in sorted(rows, key=lambda r: (float(r[1]), int(r[0])))]
+        return [int(r[0]) for r in rows]
 
 
 def _floats(data: bytes) -> list[float]:
