@@ -7,6 +7,7 @@ load pgvector falls back to the in-memory index with one log line, and searches 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import struct
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 
 from conftest import Gateway, start_gateway
 from responses_gateway.providers.scripted import ScriptedProvider
+from serve_process import serving
 from test_store_services import fresh_pg_database, require, run, service_urls
 from test_vector_stores import KEY_A, KEY_B, QUESTIONS, _client, _load_corpus, _top_files
 
@@ -256,3 +258,41 @@ def test_pgvector_hnsw_path_agrees_with_exact(pg_gateways: tuple[str, dict[str, 
 
     fast, exact = run(both())
     assert fast == exact and all(len(ids) == 5 for ids in exact)
+
+
+def test_serve_vector_index_flag_and_sqlite_vec_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve --vector-index sqlite-vec`` as a user starts it: the search table fills; in a Python
+    where the sqlite-vec package cannot be imported, the same command serves the same answers from the
+    in-memory index and says why, once."""
+    (tmp_path / "with").mkdir()
+    (tmp_path / "without").mkdir()
+    script = tmp_path / "quick.yaml"
+    script.write_text("model: quick\nsteps: [{message: [ok]}]\n")
+    # One process: each worker of --workers N says it once.
+    args = ("--no-local", "--workers", "1", "--script", str(script), "--vector-index", "sqlite-vec")
+    with serving(tmp_path / "with", *args) as served:
+        client = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=60)
+        store_id, _ = _load_corpus(client)
+        best = [_top_files(client, store_id, q)[0] for q in QUESTIONS]
+        assert best == list(QUESTIONS.values())
+        assert _sqlite_rows(tmp_path / "with" / "gateway.db", "rg_vs_vec_f32_384") == _sqlite_count(
+            tmp_path / "with" / "gateway.db", store_id
+        )
+    assert "in-memory index instead" not in served.log.read_text()
+
+    # No sqlite_vec module: ``import sqlite_vec`` raises ImportError in the gateway process.
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['sqlite_vec'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
+    with serving(tmp_path / "without", *args) as served:
+        client = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=60)
+        store_id, _ = _load_corpus(client)
+        assert [_top_files(client, store_id, q)[0] for q in QUESTIONS] == best
+    log = served.log.read_text()
+    said = [line for line in log.splitlines() if "in-memory index instead" in line]
+    assert len(said) == 1 and "the sqlite-vec package is not installed" in said[0], log[-2000:]
+    with sqlite3.connect(tmp_path / "without" / "gateway.db") as conn:
+        assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'rg_vs_vec_f32%'").fetchall()
