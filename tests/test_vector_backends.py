@@ -236,7 +236,8 @@ def test_pgvector_hnsw_path_agrees_with_exact(pg_gateways: tuple[str, dict[str, 
     from responses_gateway.store.vector_search import PgvectorSearch
 
     url, gws = pg_gateways
-    store_id, _ = _load_corpus(_client(gws["memory"]))
+    store_id, file_ids = _load_corpus(_client(gws["memory"]))
+    two = [file_ids["cats.txt"], file_ids["orbits.json"]]
     client = _client(gws["memory"])
     queries = [
         client.embeddings.create(model="all-MiniLM-L6-v2", input=q).data[0].embedding for q in QUESTIONS
@@ -252,12 +253,19 @@ def test_pgvector_hnsw_path_agrees_with_exact(pg_gateways: tuple[str, dict[str, 
                 data = struct.pack(f"<{len(vector)}f", *vector)
                 for side, search in zip(got, (hnsw, exact), strict=True):
                     side.append(await search.nearest(store_id, data, dimensions=384, limit=5, file_ids=None))
+                    # Filtered to two one-chunk files: 5 asked (HNSW's answer is short, the exact
+                    # scan answers) and 1 asked (HNSW's answer stands).
+                    for files, limit in ((two, 5), (two, 1)):
+                        side.append(
+                            await search.nearest(store_id, data, dimensions=384, limit=limit, file_ids=files)
+                        )
             return got
         finally:
             await store.close()
 
     fast, exact = run(both())
-    assert fast == exact and all(len(ids) == 5 for ids in exact)
+    assert fast == exact
+    assert [len(ids) for ids in exact] == [5, 2, 1] * len(QUESTIONS)
 
 
 def test_serve_vector_index_flag_and_sqlite_vec_fallback(

@@ -455,7 +455,8 @@ def test_sqlite_and_postgresql_give_the_same_results(
         text_only = {"ranking_options": {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}}}
         older = {"filters": {"type": "lt", "key": "year", "value": 2022}}
         for question in [*QUESTIONS, "anything about animals or code", "Etna"]:
-            # The same chunks, vectors and BM25 index code on both: the same ranking, whole.
+            # The same chunks, vectors and BM25 index code on both (vectors by default: in memory on
+            # SQLite, pgvector on PostgreSQL): the same ranking, whole.
             for options in (
                 vectors_only,
                 {**vectors_only, **older},

@@ -10,8 +10,8 @@ its dimension (stores may use embedders of different sizes):
   is exact cosine; ``bit`` keeps one bit per dimension and rescores the ``RESCORE`` × wanted nearest
   by Hamming distance exactly from the chunks' float32 vectors.
 - PostgreSQL, ``rg_vs_vec_pg_<dim>``: a ``vector(<dim>)`` column with an HNSW index (cosine) and a
-  b-tree on (store, file). Stores under ``EXACT_BELOW`` chunks, and filtered searches, are exact
-  scans (the b-tree finds the rows; ``+ 0`` on the distance keeps HNSW out); larger stores use HNSW
+  b-tree on (store, file). Stores under ``EXACT_BELOW`` chunks are exact scans (the b-tree finds the
+  rows; ``+ 0`` on the distance keeps HNSW out); larger stores, filtered or not, use HNSW
   with ``hnsw.iterative_scan`` so the store's own rows keep coming until ``limit`` are found (an
   exact scan answers if it still comes back short).
 
@@ -46,7 +46,7 @@ __all__ = [
 
 log = logging.getLogger("responses_gateway.store")
 
-# PostgreSQL: a store (or a filtered search) under this many chunks is scanned exactly.
+# PostgreSQL: a store under this many chunks is scanned exactly.
 EXACT_BELOW = 10_000
 # PostgreSQL: HNSW's candidate list (bench/file_search.py, docs/file-search.md: at 100k chunks of
 # near-duplicates, recall@5 against exact 0.65 at 100, 0.88 at 400, 0.94 at 1000; 2-9 ms p50).
@@ -304,18 +304,20 @@ class PgvectorSearch(VectorSearch):
             files = " AND file_id = ANY(?::text[])"
             extra = [list(file_ids)]
         rows_in_store = self._rows.get((table, store_id), 0)
-        if self.hnsw and file_ids is None and rows_in_store >= self.exact_below:
+        if self.hnsw and rows_in_store >= self.exact_below:
             await tx.execute(f"SET LOCAL hnsw.ef_search = {max(int(self.ef_search), int(limit))}")
             await tx.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             found = await tx.fetch(
                 f"SELECT chunk_id, embedding <=> ?::real[]::vector AS d FROM {table} "
-                f"WHERE vector_store_id = ? ORDER BY d LIMIT ?",
+                f"WHERE vector_store_id = ?{files} ORDER BY d LIMIT ?",
                 _floats(query),
                 store_id,
+                *extra,
                 limit,
             )
             # Iterative scans stop at hnsw.max_scan_tuples: a store that is a small part of a large
-            # table may come back short. Then the exact scan below answers instead.
+            # table, or a filter keeping few of its files, may come back short. Then the exact scan
+            # below answers instead (over few rows, in that case).
             if len(found) >= min(limit, rows_in_store):
                 return [int(r[0]) for r in sorted(found, key=lambda r: (float(r[1]), int(r[0])))]
         # ``+ 0``: the ordering no longer matches the HNSW index, so the planner scans the store's
