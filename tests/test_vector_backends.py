@@ -304,3 +304,54 @@ def test_serve_vector_index_flag_and_sqlite_vec_fallback(
     assert len(said) == 1 and "the sqlite-vec package is not installed" in said[0], log[-2000:]
     with sqlite3.connect(tmp_path / "without" / "gateway.db") as conn:
         assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'rg_vs_vec_f32%'").fetchall()
+
+
+def test_pgvector_wide_vectors_are_scanned_exactly(pg_gateways: tuple[str, dict[str, Gateway]]) -> None:
+    """pgvector's HNSW takes at most 2,000 dimensions: a 3,072-dimension store (an upstream embedder
+    such as text-embedding-3-large) still gets the exact nearest chunks, even past the HNSW size."""
+    import numpy as np
+
+    from responses_gateway.store import open_store
+    from responses_gateway.store.vector_search import PgvectorSearch
+    from responses_gateway.store.vector_stores import VectorStoreTables
+
+    url, _ = pg_gateways
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(30, 3072)).astype("<f4")
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        store = await open_store(url)
+        try:
+            tables = VectorStoreTables(store.db)
+            await tables.create_store(
+                "wide", "vs_wide", created_at=0, name=None, description=None, metadata={},
+                expires_after=None, embedding_model="wide", dimensions=3072,
+            )  # fmt: skip
+            strategy = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}}
+            await tables.add_file(
+                "wide", "vs_wide", "f", filename="f", created_at=0, attributes={}, chunking_strategy=strategy
+            )
+            await tables.complete_file(
+                "vs_wide",
+                "f",
+                [f"chunk {i}" for i in range(30)],
+                [v.tobytes() for v in vectors],
+                usage_bytes=0,
+            )
+            _, rows = await tables.load_vectors("vs_wide")
+            ids = [r[0] for r in rows]
+            query = vectors[3] + 0.1 * vectors[4]
+            expected = [ids[i] for i in np.argsort(-(vectors @ query), kind="stable")[:5]]
+            search = PgvectorSearch(store.db, exact_below=0)
+            got = await search.nearest(
+                "vs_wide", query.astype("<f4").tobytes(), dimensions=3072, limit=5, file_ids=None
+            )
+            await search.forget("vs_wide")
+            await tables.delete_store("wide", "vs_wide")
+            return got, expected
+        finally:
+            await store.close()
+
+    got, expected = run(scenario())
+    assert got == expected

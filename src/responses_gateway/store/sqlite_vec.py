@@ -73,8 +73,12 @@ def _load() -> str:
             f"no shared SQLite library in this process is sqlite3's own ({sqlite3.sqlite_version}); "
             "_sqlite3 may be statically linked"
         )
+    base = sqlite_vec.loadable_path()
+    found_ext = [base + suffix for suffix in (".so", ".dylib", ".dll") if Path(base + suffix).exists()]
+    if not found_ext:
+        raise RuntimeError(f"sqlite-vec's loadable library is missing ({base}.*)")
     try:
-        ext = ctypes.CDLL(sqlite_vec.loadable_path() + ".so")
+        ext = ctypes.CDLL(found_ext[0])
         entry = ctypes.cast(ext.sqlite3_vec_init, ctypes.c_void_p)
     except (OSError, AttributeError) as exc:
         raise RuntimeError(f"sqlite-vec's library cannot be loaded: {exc}") from None

@@ -51,6 +51,8 @@ EXACT_BELOW = 10_000
 # PostgreSQL: HNSW's candidate list (bench/file_search.py, docs/file-search.md: at 100k chunks of
 # near-duplicates, recall@5 against exact 0.65 at 100, 0.88 at 400, 0.94 at 1000; 2-9 ms p50).
 EF_SEARCH = 400
+# pgvector indexes ``vector`` columns of at most this many dimensions; larger ones are scanned exactly.
+HNSW_MAX_DIMENSIONS = 2000
 # SQLite ``bit``: how many times the wanted number of candidates the binary KNN returns for rescoring.
 RESCORE = 8
 
@@ -262,7 +264,7 @@ class PgvectorSearch(VectorSearch):
             f"embedding vector({int(dimensions)}) NOT NULL)"
         )
         await tx.execute(f"CREATE INDEX IF NOT EXISTS {table}_by_file ON {table} (vector_store_id, file_id)")
-        if self.hnsw:
+        if self.hnsw and dimensions <= HNSW_MAX_DIMENSIONS:
             await tx.execute(
                 f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops)"
             )
@@ -304,7 +306,8 @@ class PgvectorSearch(VectorSearch):
             files = " AND file_id = ANY(?::text[])"
             extra = [list(file_ids)]
         rows_in_store = self._rows.get((table, store_id), 0)
-        if self.hnsw and rows_in_store >= self.exact_below:
+        indexed = int(table[len(self.prefix) :]) <= HNSW_MAX_DIMENSIONS
+        if self.hnsw and indexed and rows_in_store >= self.exact_below:
             await tx.execute(f"SET LOCAL hnsw.ef_search = {max(int(self.ef_search), int(limit))}")
             await tx.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             found = await tx.fetch(
