@@ -258,13 +258,21 @@ class PgvectorSearch(VectorSearch):
 
     async def _create(self, tx: Tx, dimensions: int) -> None:
         table = self.table(dimensions)
+        hnsw = self.hnsw and dimensions <= HNSW_MAX_DIMENSIONS
+        # The HNSW index too: a table made by a ``pgvector-exact`` instance has none.
+        found = await tx.fetchone("SELECT to_regclass(?)::text, to_regclass(?)::text", table, f"{table}_hnsw")
+        if found is not None and found[0] is not None and (found[1] is not None or not hnsw):
+            return
+        # Two instances creating the same table at once would collide in PostgreSQL's catalog even
+        # with IF NOT EXISTS: the first to take this lock creates it, the other finds it made.
+        await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", table)
         await tx.execute(
             f"CREATE TABLE IF NOT EXISTS {table} (chunk_id BIGINT PRIMARY KEY, "
             "vector_store_id TEXT NOT NULL, file_id TEXT NOT NULL, "
             f"embedding vector({int(dimensions)}) NOT NULL)"
         )
         await tx.execute(f"CREATE INDEX IF NOT EXISTS {table}_by_file ON {table} (vector_store_id, file_id)")
-        if self.hnsw and dimensions <= HNSW_MAX_DIMENSIONS:
+        if hnsw:
             await tx.execute(
                 f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops)"
             )
