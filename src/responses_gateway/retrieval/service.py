@@ -129,8 +129,7 @@ class VectorStores:
             for store_id in found:
                 if await tables.delete_expired(store_id, when):
                     deleted += 1
-                if self._index is not None:
-                    self._index.forget(store_id)
+                await self._forget(store_id)
             if len(found) < batch:
                 return deleted
 
@@ -238,6 +237,10 @@ class VectorStores:
 
     async def delete(self, owner: str, store_id: str) -> None:
         await self.tables.delete_store(owner, store_id)
+        await self._forget(store_id)
+
+    async def _forget(self, store_id: str) -> None:
+        """Drop a deleted store from both indexes (and its in-database vector rows)."""
         if self._index is not None:
             await self._index.forget(store_id)
         if self._keywords is not None:

@@ -1,0 +1,246 @@
+"""Each vector back end side by side (``serve --vector-index``): latency, recall against exact,
+memory in the process and space in the database.
+
+The corpus and its ingestion are ``bench/file_search.py``'s (``pydoc_data.topics``, chunked with
+the same strategy; recall of BM25/vectors/hybrid is measured there). Here: stores of 10k and 100k
+chunks (the corpus's chunks repeated; each copy's vector is the original's plus a little noise,
+renormalised, so neighbours stay realistic) searched with the topic titles in turn, once per vector
+back end: ``memory``, ``sqlite-vec``, ``sqlite-vec-bit`` on the SQLite store and, with
+``--postgres URL``, ``memory``, ``pgvector``, ``pgvector-exact`` on a PostgreSQL database (the same
+chunks and vectors). Per back end: p50 and p99 of the whole hybrid ``search`` (the query's
+embedding included), of the vector side alone (the query embedded beforehand), recall@5 of the
+vector side against the exact top 5 (numpy over the same vectors), the first search (the matrix
+read, or the search table filled), the memory each gateway process holds for it, and the database
+space its search table takes.
+
+    .venv/bin/python bench/vector_backends.py [--sizes 10000,100000] [--searches 200] [--quick]
+        [--keep] [--postgres URL] [--backends memory,sqlite-vec,...] [--json FILE]
+
+``--quick`` (the smoke test): 6 topics, a 1,000-chunk store, 10 searches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from file_search import CHUNKING, OWNER, corpus, percentile
+from responses_gateway.retrieval.service import VectorStores
+from responses_gateway.retrieval.vector_index import VectorIndex
+from responses_gateway.store import Store, open_store
+
+BACKENDS = {
+    "sqlite": ("memory", "sqlite-vec", "sqlite-vec-bit"),
+    "postgresql": ("memory", "pgvector", "pgvector-exact"),
+}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="rg-bench-vb-"))
+    if args.keep:
+        print(f"store: {tmp}/gateway.db", flush=True)
+    store: Store = await open_store(f"sqlite://{tmp}/gateway.db")
+    docs = corpus(6 if args.quick else None)
+    blobs = {name: body.encode() for name, _, body in docs}
+
+    async def read(owner: str, file_id: str) -> tuple[dict[str, Any], bytes]:
+        return {"filename": file_id}, blobs[file_id]
+
+    service = VectorStores(lambda: store, read, vector_index="memory")
+    await service.start()
+    result: dict[str, Any] = {
+        "machine": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "corpus": {
+            "documents": len(docs),
+            "bytes": sum(len(b) for b in blobs.values()),
+            "chunking": CHUNKING,
+        },
+    }
+    try:
+        embedder = service.embedder("all-MiniLM-L6-v2")
+        vs = (await service.create(OWNER, {"name": "pydoc", "chunking_strategy": None}))["id"]
+        for name, _, _ in docs:
+            await service.attach(OWNER, vs, name, attributes={}, chunking=CHUNKING)
+        await service.idle()
+        async with service.tables.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT id, text, embedding FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id", vs
+            )
+        chunks = len(rows)
+        result["corpus"]["chunks"] = chunks
+        # ---------------------------------------------------------------- latency
+        texts = [r[1] for r in rows]
+        vectors = np.stack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
+        questions = [title for _, title, _ in docs]
+        query_vectors = (await asyncio.to_thread(embedder.embed, questions)).vectors
+        sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
+        wanted = set(args.backends.split(",")) if args.backends else None
+        stores: list[tuple[str, Store]] = [("sqlite", store)]
+        if args.postgres:
+            stores.append(("postgresql", await open_store(args.postgres)))
+        result["latency"] = {}
+        try:
+            for size in sizes:
+                result["latency"][str(size)] = {"chunks": size, "backends": {}}
+                for dialect, where in stores:
+                    big, load = await _big_store(where, read, size, texts, vectors, chunks)
+                    for backend in BACKENDS[dialect]:
+                        if wanted is not None and backend not in wanted:
+                            continue
+                        row = await _measure(
+                            args, where, read, big, backend, questions, query_vectors, dialect
+                        )
+                        row["load_s"] = round(load, 1)
+                        name = f"{dialect}/{backend}"
+                        result["latency"][str(size)]["backends"][name] = row
+                        print(
+                            f"{size:>7} chunks {name:26s} search p50 {row['search_ms_p50']:7.1f} "
+                            f"p99 {row['search_ms_p99']:7.1f} | vectors p50 {row['vector_ms_p50']:7.1f} "
+                            f"p99 {row['vector_ms_p99']:7.1f} | recall@5 {row['recall_at_5']:.3f} | "
+                            f"first {row['first_search_s']:6.2f} s | process {row['process_mb']:6.1f} MB "
+                            f"| db {row['db_mb']:6.1f} MB",
+                            flush=True,
+                        )
+        finally:
+            for dialect, where in stores:
+                if dialect != "sqlite":
+                    await where.close()
+    finally:
+        await service.aclose()
+        await store.close()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+async def _big_store(
+    store: Store, read: Any, size: int, texts: list[str], vectors: Any, chunks: int
+) -> tuple[str, float]:
+    """A store of ``size`` chunks: the corpus's, repeated with noisy vectors (seeded: the same on
+    every database). Its id and the seconds the writes took."""
+    service = VectorStores(lambda: store, read, vector_index="memory")
+    await service.start()
+    rng = np.random.default_rng(14)
+    big = (await service.create(OWNER, {"name": f"big-{size}", "chunking_strategy": None}))["id"]
+    made = 0
+    start = time.perf_counter()
+    while made < size:
+        n = min(1000, size - made)
+        idx = np.arange(made, made + n) % chunks
+        noisy = vectors[idx] + rng.normal(0, 0.02, (n, vectors.shape[1])).astype(np.float32)
+        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+        file_id = f"copy-{made}"
+        await service.tables.add_file(
+            OWNER, big, file_id, filename=file_id, created_at=0, attributes={}, chunking_strategy=CHUNKING
+        )
+        await service.tables.complete_file(
+            big, file_id, [texts[i] for i in idx], [row.tobytes() for row in noisy], usage_bytes=0
+        )
+        made += n
+    took = time.perf_counter() - start
+    await service.aclose()
+    return big, took
+
+
+async def _db_mb(store: Store, dialect: str, backend: str) -> float:
+    """The space the back end's search table takes in the database (0 for ``memory``)."""
+    if backend == "memory":
+        return 0.0
+    async with store.db.transaction() as tx:
+        if dialect == "postgresql":
+            row = await tx.fetchone("SELECT pg_total_relation_size('rg_vs_vec_pg_384')")
+            return round(int(row[0]) / 1e6, 2) if row else 0.0
+        table = "rg_vs_vec_f32_384" if backend == "sqlite-vec" else "rg_vs_vec_bit_384"
+        # vec0 keeps its vectors in the <table>_vector_chunks00 shadow table's blobs.
+        row = await tx.fetchone(f"SELECT SUM(LENGTH(vectors)) FROM {table}_vector_chunks00")
+        return round(int(row[0] or 0) / 1e6, 2) if row else 0.0
+
+
+async def _measure(
+    args: argparse.Namespace,
+    store: Store,
+    read: Any,
+    big: str,
+    backend: str,
+    questions: list[str],
+    query_vectors: Any,
+    dialect: str,
+) -> dict[str, Any]:
+    service = VectorStores(lambda: store, read, vector_index=backend)
+    await service.start()
+    try:
+        index = service.index
+        version, stored = await service.tables.load_vectors(big)
+        ids = np.array([r[0] for r in stored], dtype=np.int64)
+        matrix = np.frombuffer(b"".join(r[2] for r in stored), dtype="<f4").reshape(len(stored), -1)
+        del stored
+        t0 = time.perf_counter()
+        await index.search(big, query_vectors[0], dimensions=384, limit=40, file_ids=None)
+        first = time.perf_counter() - t0
+        whole: list[float] = []
+        alone: list[float] = []
+        found = 0
+        for i in range(args.searches):
+            question = questions[i % len(questions)]
+            vector = query_vectors[i % len(questions)]
+            t0 = time.perf_counter()
+            await service.search(OWNER, big, question, max_num_results=10, filters=None, ranking_options=None)
+            whole.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            got = await index.search(big, vector, dimensions=384, limit=40, file_ids=None, version=version)
+            alone.append((time.perf_counter() - t0) * 1000)
+            exact = set(ids[np.argsort(-(matrix @ vector), kind="stable")[:5]].tolist())
+            found += len(exact & set(got[:5]))
+        process = index.nbytes if isinstance(index, VectorIndex) else 0
+        return {
+            "backend": index.name,
+            "search_ms_p50": round(statistics.median(whole), 2),
+            "search_ms_p99": round(percentile(whole, 99), 2),
+            "vector_ms_p50": round(statistics.median(alone), 2),
+            "vector_ms_p99": round(percentile(alone, 99), 2),
+            "recall_at_5": round(found / (5 * args.searches), 3),
+            "first_search_s": round(first, 2),
+            "process_mb": round(process / 1e6, 1),
+            "db_mb": await _db_mb(store, dialect, index.name),
+        }
+    finally:
+        await service.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--searches", type=int, default=200)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
+    parser.add_argument(
+        "--postgres", help="also measure on this PostgreSQL database (its tables are written)"
+    )
+    parser.add_argument("--backends", help="only these vector back ends (comma-separated)")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.quick:
+        args.searches = 10
+    result = asyncio.run(run(args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
