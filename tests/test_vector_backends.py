@@ -355,3 +355,30 @@ def test_pgvector_wide_vectors_are_scanned_exactly(pg_gateways: tuple[str, dict[
 
     got, expected = run(scenario())
     assert got == expected
+
+
+def test_sqlite_vec_never_sees_a_deleted_chunks_vector(
+    sqlite_gateways: tuple[Path, dict[str, Gateway]],
+) -> None:
+    """Chunk ids are never reused on SQLite: a file detached (the newest chunks) and another attached
+    elsewhere, both by the gateway without the extension, leave sqlite-vec's table a stale row whose
+    id, were it reused, would stand for the new chunk; the new file must be found by its own vector."""
+    _, gws = sqlite_gateways
+    plain, vec = _client(gws["memory"]), _client(gws["sqlite-vec"])
+
+    def attach(store_id: str, name: str, text: bytes) -> str:
+        file_id = plain.files.create(file=(name, text), purpose="assistants").id
+        done = plain.vector_stores.files.create_and_poll(
+            vector_store_id=store_id, file_id=file_id, poll_interval_ms=100
+        )
+        assert done.status == "completed"
+        return file_id
+
+    first = plain.vector_stores.create(name="first").id
+    waves = attach(first, "waves.txt", b"Surfers wait for the biggest waves of the winter swell at Nazare.")
+    assert _top_files(vec, first, "surfing big waves", **VECTORS_ONLY) == ["waves.txt"]
+    plain.vector_stores.files.delete(waves, vector_store_id=first)
+    second = plain.vector_stores.create(name="second").id
+    attach(second, "bread.txt", b"Sourdough needs a starter of flour and water, fed every day.")
+    assert _top_files(vec, second, "baking sourdough bread", **VECTORS_ONLY) == ["bread.txt"]
+    assert _top_files(vec, first, "surfing big waves", **VECTORS_ONLY) == []

@@ -238,6 +238,17 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
             "CREATE INDEX rg_vs_vec_sync_by_store ON rg_vs_vec_sync (vector_store_id)",
         ],
     ),
+    # SQLite numbers chunks itself (their FTS5 rows need the ids before the insert): the next id is
+    # kept here so a deleted chunk's id is never given again (``MAX(id) + 1`` reused the ids of the
+    # newest chunks once they were deleted, and a search table keyed by chunk id then kept the old
+    # vector for the new chunk). PostgreSQL's identity column never reuses one; the row is unused there.
+    (
+        9,
+        [
+            "CREATE TABLE rg_vs_chunk_ids (next_id BIGINT NOT NULL)",
+            "INSERT INTO rg_vs_chunk_ids (next_id) SELECT COALESCE(MAX(id), 0) + 1 FROM rg_vs_chunks",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

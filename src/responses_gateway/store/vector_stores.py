@@ -476,8 +476,15 @@ class VectorStoreTables:
                 for n, (text, vector) in enumerate(zip(chunks, vectors, strict=True))
             ]
             if self.db.dialect == "sqlite":
-                top = await tx.fetchone("SELECT COALESCE(MAX(id), 0) FROM rg_vs_chunks")
-                first = int(top[0]) + 1 if top else 1
+                # Never a deleted chunk's id (schema version 9); MAX(id) too, for rows written by an
+                # older gateway sharing the file.
+                top = await tx.fetchone(
+                    "UPDATE rg_vs_chunk_ids SET next_id = MAX(next_id, "
+                    "(SELECT COALESCE(MAX(id), 0) + 1 FROM rg_vs_chunks)) + ? RETURNING next_id",
+                    len(rows),
+                )
+                assert top is not None
+                first = int(top[0]) - len(rows)
                 await tx.executemany(
                     "INSERT INTO rg_vs_chunks (id, vector_store_id, file_id, position, text, embedding) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
