@@ -67,7 +67,10 @@ def test_seed_and_stop_on_the_embedded_model(gw: Gateway) -> None:
     # A stop sequence from the middle of that answer: the same seed samples the same run again,
     # cut just before it.
     stop = text[len(text) // 2 : len(text) // 2 + 3]
-    with client.chat.completions.stream(**ask, stop=stop) as stream:
+    with client.chat.completions.stream(**ask, stop=stop, stream_options={"include_usage": True}) as stream:
         cut = stream.get_final_completion()
     assert cut.choices[0].message.content == text[: text.index(stop)]
     assert cut.choices[0].finish_reason == "stop"
+    # The cut run's usage: the prompt, and the tokens sampled until the gateway stopped the model.
+    assert cut.usage is not None and cut.usage.prompt_tokens > 0
+    assert 0 < cut.usage.completion_tokens <= 24

@@ -267,6 +267,8 @@ class _Job:
     # Calls may be written (tools offered and not ``none``): a call repeated word for word in the
     # same answer ends it instead (a small model, once it has called, tends to call again the same).
     calls: bool = False
+    # Tokens sampled so far (written by the worker thread): the usage of a turn closed before its end.
+    generated: int = 0
 
 
 class LocalProvider(Provider):
@@ -636,6 +638,7 @@ class LocalProvider(Provider):
                 if token == turn_start or capi.llama_vocab_is_eog(vocab, token):
                     break
                 n += 1
+                job.generated = n
                 self.tokens_generated += 1
                 text = decoder.feed(self._piece(token))  # "" while a character is incomplete
                 if text and sink is None:
@@ -827,6 +830,10 @@ class LocalProvider(Provider):
             yield
         finally:
             job.stop.set()
+            if not builder.finished and builder.response.get("usage") is None:
+                # Closed before its end (a stop sequence found by the gateway, a client that left):
+                # the usage is what was evaluated and sampled by then.
+                builder.set_usage(len(prompt), job.generated)
 
 
 def _as_function(tool: JSON) -> JSON:
