@@ -502,3 +502,54 @@ def test_codex_compacts_a_long_session_through_a_chat_completions_upstream(
     assert "call_0_compact" in json.dumps(summary["messages"])  # the summary turn saw the whole session
     sent = json.dumps(after["messages"])
     assert "NOTES: wrote out.txt with tee." in sent and "call_0_compact" not in sent
+
+
+def test_codex_named_openai_compacts_remotely_through_a_chat_completions_upstream(
+    setup: Setup, upstream: UpstreamMock, tmp_path: Path
+) -> None:
+    """With a provider named ``OpenAI`` Codex compacts remotely (its history ending in a
+    ``compaction_trigger``): the gateway's summarising turn goes to the Chat Completions upstream, Codex
+    gets one sealed ``compaction`` item and sends it back, and the upstream's next request carries the
+    summary the gateway expanded from it."""
+    arguments = json.dumps({"cmd": "echo remote | tee out.txt"})
+    call_turn = [
+        _chat_chunk({"role": "assistant", "content": None}),
+        _chat_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_0_remote",
+                        "type": "function",
+                        "function": {"name": "exec_command", "arguments": arguments},
+                    }
+                ]
+            }
+        ),
+        _chat_chunk({}, "tool_calls"),
+        _chat_chunk(None, usage={"prompt_tokens": 9000, "completion_tokens": 10, "total_tokens": 9010}),
+    ]
+    upstream.reset(
+        [
+            stream_reply(encode_chunks(call_turn, "openai-chat")),
+            stream_reply(_chat_text_turn("NOTES: wrote out.txt with tee remotely.", 300)),
+            stream_reply(_chat_text_turn("The file is written.", 200)),
+        ]
+    )
+    run = run_codex(
+        setup,
+        tmp_path,
+        "codex-deepseek",
+        "Write remote to out.txt",
+        config=("model_auto_compact_token_limit = 2000",),
+        provider_name="OpenAI",
+    )
+    _ran(run, "remote")
+    first, summary, after = _sent(upstream)
+    assert "call_0_remote" in json.dumps(summary["messages"])  # the summary turn saw the whole session
+    assert "compacting a conversation" in json.dumps(summary["messages"])  # the gateway's own instructions
+    # Only the gateway's summary turn wrote the notes, and only the sealed item Codex sent back can
+    # have carried them to this request (the call it was waiting on stays: the turn goes on from it).
+    sent = json.dumps(after["messages"])
+    assert "NOTES: wrote out.txt with tee remotely." in sent
+    assert "compacting a conversation" not in json.dumps(first["messages"])
