@@ -11,6 +11,7 @@ item stands for everything before it; altered, it is refused. Small contexts are
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -271,3 +272,38 @@ def test_a_compact_window_starts_a_new_websocket_chain(gw: Gateway, scripted: Sc
     response = Response.model_validate(events[-1]["response"])
     assert response.status == "completed" and response.output_text == "Renamed, from the notes."
     assert LONG not in _texts(scripted.requests[-1].input)
+
+
+def test_a_slow_summary_does_not_hold_back_the_first_event() -> None:
+    """The summarising turn can take minutes on a small local model: the Response's first event goes
+    out as soon as the back end has accepted that turn (and keepalives after it), not once the summary
+    is written, so no client or proxy read timeout cuts a slow compaction."""
+    slow = {
+        "turns": [
+            {
+                "when": {"text_contains": "Summarize the conversation so far"},
+                "steps": [{"message": ["NOTES: "]}, {"sleep": 4}, {"message": ["renamed the module."]}],
+            },
+            {"steps": [{"message": ["Done."]}]},
+        ]
+    }
+    gateway = start_gateway([ScriptedProvider(slow, name="slow")], request_log=False)
+    body = {"model": "slow", "input": HISTORY, "store": False, "stream": True, "context_management": CONTEXT}
+    arrived: list[tuple[float, str]] = []
+    try:
+        with (
+            httpx.Client(timeout=60) as client,
+            client.stream("POST", gateway.url("/v1/responses"), json=body) as r,
+        ):
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    arrived.append((time.monotonic(), line[len("event: ") :]))
+    finally:
+        gateway.stop()
+    types = [kind for _, kind in arrived]
+    assert types[0] == "response.created" and types[-1] == "response.completed", types
+    created = arrived[0][0]
+    compaction = next(at for at, kind in arrived if kind == "response.output_item.added")
+    # The four seconds of the summary passed between the first event and the compaction item.
+    assert compaction - created > 3, types

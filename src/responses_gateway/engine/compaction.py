@@ -72,8 +72,24 @@ def _as_output(item: JSON) -> JSON:
     }
 
 
+class _Summary:
+    """What a summarising turn wrote, once :func:`_summarizing` has run to its end."""
+
+    text = ""
+    usage: JSON | None = None
+
+
 async def _summarize(provider: Provider, request: ResponseRequest) -> tuple[str, JSON]:
     """One summarising turn of ``provider`` over ``request``'s conversation: the summary and its usage."""
+    out = _Summary()
+    async for _ in _summarizing(provider, request, out):
+        pass
+    return out.text, out.usage or empty_usage()
+
+
+async def _summarizing(provider: Provider, request: ResponseRequest, out: _Summary) -> AsyncIterator[None]:
+    """The summarising turn, yielding whenever the back end does (so a caller streaming a Response can
+    let its first events and keepalives out meanwhile); the result lands in ``out``."""
     summary_request = dataclasses.replace(
         request,
         instructions=SUMMARY_INSTRUCTIONS,
@@ -97,6 +113,7 @@ async def _summarize(provider: Provider, request: ResponseRequest) -> tuple[str,
     try:
         async for _ in steps:
             builder.take()
+            yield
     finally:
         close = getattr(steps, "aclose", None)
         if close is not None:
@@ -118,7 +135,7 @@ async def _summarize(provider: Provider, request: ResponseRequest) -> tuple[str,
     ).strip()
     if not summary:
         raise ProviderError("The model gave no summary of the conversation.", status=502, code="server_error")
-    return summary, response.get("usage") or empty_usage()
+    out.text, out.usage = summary, response.get("usage") or empty_usage()
 
 
 async def compact(provider: Provider, request: ResponseRequest, sealer: Sealer, owner: str) -> JSON:
@@ -181,7 +198,14 @@ class ContextCompaction(Wrapper):
 
     async def stream(self, request: ResponseRequest, builder: StreamBuilder) -> AsyncIterator[None]:
         if not self.answer or estimate_tokens(request) > self.threshold:
-            summary, _ = await _summarize(self.inner, request)
+            # Each step of the summarising turn is a step of this Response: once the back end has
+            # accepted the turn (its first yield; a refusal before it is still a plain HTTP error),
+            # response.created goes out and keepalives follow, so a slow summary does not leave the
+            # client (or a proxy's read timeout) without a byte until it is written.
+            out = _Summary()
+            async for _ in _summarizing(self.inner, request, out):
+                yield
+            summary = out.text
             kept = [_as_output(item) for item in request.input if _is_user_message(item)]
             awaited = _awaited(request.input)
             payload = {"v": 1, "summary": summary, "kept": kept, "awaited": awaited, "window": True}
