@@ -1,18 +1,30 @@
 """Each vector store's BM25 index in memory: postings in numpy arrays, scored per query term.
 
-The keyword side of hybrid search. A store's chunk texts are read from the database on its first
-search and again whenever the store's ``version`` has moved (any instance's write or delete of its
-chunks bumps it), exactly as the vector index (``vector_index.py``) does, so several gateway instances
-on one database stay consistent, and SQLite and PostgreSQL rank identically: the same code reads the
-same texts.
+The keyword side of hybrid search. A store's index is a few **segments**, each the postings of
+some attachments (a file's chunks as one ingestion wrote them, named by the file id and the store
+``version`` that ingestion set: ``VectorStoreTables.text_changes``). On a search, when the store's
+``version`` has moved (any instance's write or delete of its chunks bumps it), the index asks the
+database which attachments exist now and reads the texts of the new ones only: a new file costs
+tokenizing that file, a detached one marks its chunks dead in its segment. So several gateway
+instances on one database stay consistent, and SQLite and PostgreSQL rank identically: the same code
+reads the same texts.
+
+Scores are exactly the BM25 of the whole store: the number of chunks, each term's document
+frequency and the mean chunk length are summed over the segments' live chunks at query time, and a
+posting's term-frequency weight depends on the mean length, so a segment keeps its raw term counts
+and its chunk lengths; its weights are precomputed for one mean and computed per query term while
+the mean differs (the first searches after a write). Segments and weights are the same numbers a
+single build gives, so an index built in pieces ranks and scores exactly as one built at once
+(tests/test_keyword_index.py). In the background, after a write: small segments, and segments with
+many dead chunks, are merged (numpy only, no tokenizing), and the weights are brought to the new mean.
 
 Why not FTS5's ``bm25()`` / PostgreSQL's ``ts_rank``: both compute the rank of every matching row in
 the database, which for a common word at 100k chunks took 50-150 ms here (docs/file-search.md,
 Measured); here a query term costs one numpy gather-and-add over its postings (a whole query 3-4 ms
 p50 at 100k chunks in the benchmark). And the two back ends weighed matches differently.
 
-Memory: the postings (an int32 chunk position and a float32 BM25 term weight per distinct term of
-a chunk), the chunk ids and files, and the vocabulary; about 0.5 kB per chunk of 250 tokens
+Memory: the postings (an int32 chunk position, a float32 term count and a float32 BM25 term weight
+per distinct term of a chunk), the chunk ids, files and lengths, and the vocabulary per segment
 (``KeywordIndex.stats``). The least recently searched stores are dropped past ``max_bytes``.
 
 Tokens: lowercase ``\\w`` runs of 2 to 64 characters, stemmed by the Snowball English stemmer
@@ -28,21 +40,36 @@ import re
 import sys
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence, Set
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 import Stemmer
 
-__all__ = ["BM25_B", "BM25_K1", "KeywordIndex", "build", "query_terms", "tokenize"]
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "MAX_SEGMENTS",
+    "KeywordIndex",
+    "Segment",
+    "SegmentKey",
+    "build",
+    "query_terms",
+    "tokenize",
+]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_QUERY_TERMS = 64
 # Above this many chunks a query is scored in a worker thread (the build always runs in one).
 _INLINE_ROWS = 20_000
+# Past this many segments the small ones are merged in the background; a segment whose dead chunks
+# pass this share is rewritten without them.
+MAX_SEGMENTS = 4
+_DEAD_SHARE = 0.2
+SegmentKey = tuple[str, int]  # file id, the store version its ingestion set
 _WORD = re.compile(r"\w\w+", re.UNICODE)
 # PyStemmer's stemmers are not thread-safe: one per thread (builds run in worker threads).
 _STEMMERS = threading.local()
@@ -76,26 +103,75 @@ def query_terms(text: str) -> list[str]:
 class TextSource(Protocol):
     async def version(self, store_id: str) -> int: ...
 
-    async def load_texts(self, store_id: str) -> tuple[int, list[tuple[int, str, str]]]: ...
+    async def text_changes(
+        self, store_id: str, known: Set[SegmentKey]
+    ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, str]]]: ...
 
 
-@dataclass
-class _Postings:
-    version: int
+@dataclass(frozen=True)
+class Segment:
+    """The postings of some attachments' chunks. Vocabulary rows and file codes are numbered in
+    insertion order (a dict's order is its rows' order)."""
+
+    keys: frozenset[SegmentKey]  # the live attachments it holds
     ids: npt.NDArray[np.int64]  # chunk id per position
     files: npt.NDArray[np.int32]  # file code per position
     file_codes: dict[str, int]
+    lengths: npt.NDArray[np.float64]  # tokens per chunk
     vocabulary: dict[str, int]  # term -> its row in offsets
     offsets: npt.NDArray[np.int64]  # term t's postings are [offsets[t], offsets[t + 1])
     docs: npt.NDArray[np.int32]  # chunk position per posting, ascending within a term
-    # BM25's term-frequency part per posting: tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / mean len))
-    weights: npt.NDArray[np.float32]
+    counts: npt.NDArray[np.float32]  # the term's count in the chunk per posting
+    alive: npt.NDArray[np.bool_] | None  # None: no chunk of it was detached
+    live: int  # live chunks
+    live_length: int  # their tokens
+    # BM25's term-frequency part per posting for weights_mean (the store's mean chunk length):
+    # tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / mean len))
+    weights: npt.NDArray[np.float32] | None = None
+    weights_mean: float = 0.0
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.ids, self.files, self.offsets, self.docs, self.weights)
+        arrays: list[npt.NDArray[np.generic]] = [self.ids, self.files, self.lengths, self.offsets, self.docs]
+        arrays += [a for a in (self.counts, self.alive, self.weights) if a is not None]
         # A dict entry and its short str: about 100 bytes per term.
         return int(sum(a.nbytes for a in arrays) + 100 * len(self.vocabulary))
+
+    def with_weights(self, mean: float) -> Segment:
+        if self.weights is not None and self.weights_mean == mean:
+            return self
+        return replace(self, weights=_weights(self.counts, self.lengths[self.docs], mean), weights_mean=mean)
+
+
+@dataclass(frozen=True)
+class _State:
+    version: int
+    keys: frozenset[SegmentKey]  # every attachment read (some may have no chunk)
+    segments: tuple[Segment, ...]
+    live: int
+    mean: float
+    ids: npt.NDArray[np.int64]  # the segments' chunk ids end to end
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.segments) + int(self.ids.nbytes)
+
+
+def _state(version: int, keys: frozenset[SegmentKey], segments: Sequence[Segment]) -> _State:
+    live = sum(s.live for s in segments)
+    length = sum(s.live_length for s in segments)
+    mean = length / live if live and length else 1.0
+    ids = np.concatenate([s.ids for s in segments]) if segments else np.zeros(0, dtype=np.int64)
+    return _State(version, keys, tuple(segments), live, mean, ids)
+
+
+def _weights(
+    counts: npt.NDArray[np.float32], lengths: npt.NDArray[np.float64], mean: float
+) -> npt.NDArray[np.float32]:
+    """The one formula of a posting's weight, used whole (a segment's) and per term slice (a query
+    while the mean moved): elementwise, so both give the same float32s."""
+    tf = counts.astype(np.float64)
+    return (tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * lengths / mean))).astype(np.float32)
 
 
 class KeywordIndex:
@@ -104,30 +180,71 @@ class KeywordIndex:
     def __init__(self, source: TextSource, *, max_bytes: int = 1 << 30) -> None:
         self._source = source
         self._max = max_bytes
-        self._postings: OrderedDict[str, _Postings] = OrderedDict()
+        self._states: OrderedDict[str, _State] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    async def _load(self, store_id: str, version: int | None) -> _Postings:
+    async def _load(self, store_id: str, version: int | None) -> _State:
         if version is None:
             version = await self._source.version(store_id)
-        found = self._postings.get(store_id)
+        found = self._states.get(store_id)
         if found is not None and found.version == version:
-            self._postings.move_to_end(store_id)
+            self._states.move_to_end(store_id)
             return found
         lock = self._locks.setdefault(store_id, asyncio.Lock())
         async with lock:
-            found = self._postings.get(store_id)
+            found = self._states.get(store_id)
             if found is not None and found.version == await self._source.version(store_id):
                 return found
-            version, rows = await self._source.load_texts(store_id)
-            postings = await asyncio.to_thread(build, version, rows)
-            self._postings[store_id] = postings
-            self._postings.move_to_end(store_id)
-            total = sum(p.nbytes for p in self._postings.values())
-            while total > self._max and len(self._postings) > 1:
-                _, dropped = self._postings.popitem(last=False)
+            known = frozenset() if found is None else found.keys
+            version, listed, rows = await self._source.text_changes(store_id, known)
+            state = await asyncio.to_thread(_caught_up, found, version, listed, rows)
+            self._states[store_id] = state
+            self._states.move_to_end(store_id)
+            total = sum(s.nbytes for s in self._states.values())
+            while total > self._max and len(self._states) > 1:
+                gone, dropped = self._states.popitem(last=False)
                 total -= dropped.nbytes
-            return postings
+                self._cancel(gone)
+            self._maintain(store_id)
+            return state
+
+    def _maintain(self, store_id: str) -> None:
+        running = self._tasks.get(store_id)
+        if running is None or running.done():
+            self._tasks[store_id] = asyncio.get_running_loop().create_task(self._maintenance(store_id))
+
+    async def _maintenance(self, store_id: str) -> None:
+        """Merge small segments and rewrite those with many dead chunks, then bring every segment's
+        weights to the store's mean, off the search path; a result is used only when the segments it
+        came from are all still there (a write in between is caught up by the next round)."""
+        for _ in range(8):
+            state = self._states.get(store_id)
+            if state is None:
+                return
+            group = _merge_plan(state.segments)
+            stale = [s for s in state.segments if s.weights is None or s.weights_mean != state.mean]
+            if not group and not stale:
+                return
+            if group:
+                merged: Segment | None = await asyncio.to_thread(_merged, group, state.mean)
+                sources: list[Segment] = group
+            else:
+                merged = await asyncio.to_thread(stale[0].with_weights, state.mean)
+                sources = [stale[0]]
+            async with self._locks.setdefault(store_id, asyncio.Lock()):
+                current = self._states.get(store_id)
+                if current is None or not all(any(s is c for c in current.segments) for s in sources):
+                    continue
+                kept = [c for c in current.segments if not any(s is c for s in sources)]
+                if merged is not None:
+                    kept.insert(0, merged)
+                self._states[store_id] = _state(current.version, current.keys, kept)
+
+    async def idle(self) -> None:
+        """Wait for the background merges and weight updates to end (tests, the benchmark)."""
+        while tasks := [t for t in self._tasks.values() if not t.done()]:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def search(
         self,
@@ -141,35 +258,121 @@ class KeywordIndex:
         """Chunk ids best first (ties by id), chunks matching no term left out; only chunks of
         ``file_ids`` when given. ``terms``: ``query_terms(query)``. ``version``: as for
         ``VectorIndex.search``, the store's version read at the start of the search."""
+        return [
+            chunk
+            for chunk, _ in await self.scored(
+                store_id, terms, limit=limit, file_ids=file_ids, version=version
+            )
+        ]
+
+    async def scored(
+        self,
+        store_id: str,
+        terms: Sequence[str],
+        *,
+        limit: int,
+        file_ids: Sequence[str] | None = None,
+        version: int | None = None,
+    ) -> list[tuple[int, float]]:
+        """``search``'s chunk ids with their BM25 scores."""
         if not terms:
             return []
-        postings = await self._load(store_id, version)
-        if len(postings.ids) > _INLINE_ROWS:
-            return await asyncio.to_thread(_best, postings, terms, limit, file_ids)
-        return _best(postings, terms, limit, file_ids)
+        state = await self._load(store_id, version)
+        if len(state.ids) > _INLINE_ROWS:
+            return await asyncio.to_thread(_best, state, terms, limit, file_ids)
+        return _best(state, terms, limit, file_ids)
 
     def stats(self, store_id: str) -> tuple[int, int] | None:
         """(chunks, bytes) of a store's loaded index, or None when it is not loaded."""
-        found = self._postings.get(store_id)
-        return None if found is None else (len(found.ids), found.nbytes)
+        found = self._states.get(store_id)
+        return None if found is None else (found.live, found.nbytes)
+
+    def segments(self, store_id: str) -> int:
+        found = self._states.get(store_id)
+        return 0 if found is None else len(found.segments)
 
     def forget(self, store_id: str) -> None:
-        self._postings.pop(store_id, None)
+        self._states.pop(store_id, None)
         self._locks.pop(store_id, None)
+        self._cancel(store_id)
+
+    def _cancel(self, store_id: str) -> None:
+        task = self._tasks.pop(store_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
 
 
-def build(version: int, rows: Iterable[tuple[int, str, str]]) -> _Postings:
-    """The postings of ``rows`` (chunk id, file id, text), in the order given."""
+def _caught_up(
+    found: _State | None, version: int, listed: list[SegmentKey], rows: list[tuple[SegmentKey, int, str]]
+) -> _State:
+    """``found`` with the attachments no longer listed dead and a segment of the new ``rows``."""
+    now = frozenset(listed)
+    known = frozenset() if found is None else found.keys
+    removed = known - now
+    segments: list[Segment] = []
+    for segment in () if found is None else found.segments:
+        gone = segment.keys & removed
+        kept = _without(segment, gone) if gone else segment
+        if kept is not None:
+            segments.append(kept)
+    rows = [row for row in rows if row[0] not in known]
+    if rows:
+        segments.append(build(rows))
+    state = _state(version, (known - removed) | (now - known) | {row[0] for row in rows}, segments)
+    if rows:  # the new segment's weights now (its size), the others' in the background
+        segments[-1] = segments[-1].with_weights(state.mean)
+        state = replace(state, segments=tuple(segments))
+    return state
+
+
+def _without(segment: Segment, gone: Set[SegmentKey]) -> Segment | None:
+    """``segment`` with the chunks of the attachments ``gone`` dead; None when none is left."""
+    codes = [segment.file_codes[file_id] for file_id, _ in gone if file_id in segment.file_codes]
+    alive = ~np.isin(segment.files, np.array(codes, dtype=np.int32))
+    if segment.alive is not None:
+        alive &= segment.alive
+    live = int(np.count_nonzero(alive))
+    if not live:
+        return None
+    length = int(segment.lengths[alive].sum())
+    return replace(segment, keys=segment.keys - gone, alive=alive, live=live, live_length=length)
+
+
+def _merge_plan(segments: Sequence[Segment]) -> list[Segment]:
+    """The segments to merge into one: all but the largest past ``MAX_SEGMENTS`` (all when the
+    others hold half as many chunks), and any with many dead chunks; none for nothing to do."""
+    group: list[Segment] = []
+    if len(segments) > MAX_SEGMENTS:
+        largest = max(segments, key=lambda s: s.live)
+        rest = [s for s in segments if s is not largest]
+        group = list(segments) if 2 * sum(s.live for s in rest) >= largest.live else rest
+    for segment in segments:
+        dead = len(segment.ids) - segment.live
+        if dead > _DEAD_SHARE * len(segment.ids) and not any(s is segment for s in group):
+            group.append(segment)
+    return group
+
+
+def build(rows: Iterable[tuple[SegmentKey, int, str]]) -> Segment:
+    """The segment of ``rows`` (attachment, chunk id, text), in the order given."""
     vocabulary: dict[str, int] = {}
     word_terms: dict[str, int] = {}  # a raw word -> its term's number, -1 if left out
     file_codes: dict[str, int] = {}
+    keys: set[SegmentKey] = set()
     ids: list[int] = []
     files: list[int] = []
     lengths: list[int] = []
     pairs: list[int] = []  # (term, count) pairs per chunk
     terms: list[int] = []
     counts: list[int] = []
-    for chunk_id, file_id, text in rows:
+    for key, chunk_id, text in rows:
         length = 0
         before = len(terms)
         for word, count in Counter(_WORD.findall(text.lower())).items():
@@ -180,37 +383,103 @@ def build(version: int, rows: Iterable[tuple[int, str, str]]) -> _Postings:
                 terms.append(term)
                 counts.append(count)
                 length += count
+        keys.add(key)
         ids.append(chunk_id)
-        files.append(file_codes.setdefault(file_id, len(file_codes)))
+        files.append(file_codes.setdefault(key[0], len(file_codes)))
         lengths.append(length)
         pairs.append(len(terms) - before)
-    n = max(len(ids), 1)
-    lengths_a = np.array(lengths, dtype=np.float64)
-    mean = float(lengths_a.mean()) if len(ids) and lengths_a.sum() else 1.0
-    norms = BM25_K1 * (1 - BM25_B + BM25_B * lengths_a / mean)
     docs = np.repeat(np.arange(len(ids), dtype=np.int64), np.array(pairs, dtype=np.int64))
-    keys = np.array(terms, dtype=np.int64) * n + docs
-    counts_a = np.array(counts, dtype=np.float64)
-    order = np.argsort(keys, kind="stable")
-    keys, counts_a = keys[order], counts_a[order]
-    # Two words of a chunk may share a stem: equal (term, chunk) keys are summed.
-    if len(keys):
-        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        counts_a = np.add.reduceat(counts_a, first)
-        keys = keys[first]
-    posting_docs = (keys % n).astype(np.int32)
-    offsets = np.searchsorted(keys // n, np.arange(len(vocabulary) + 1)).astype(np.int64)
-    weights = (counts_a * (BM25_K1 + 1) / (counts_a + norms[posting_docs])).astype(np.float32)
-    return _Postings(
-        version,
+    return _assemble(
+        frozenset(keys),
         np.array(ids, dtype=np.int64),
         np.array(files, dtype=np.int32),
         file_codes,
+        np.array(lengths, dtype=np.float64),
         vocabulary,
-        offsets,
-        posting_docs,
-        weights,
+        np.array(terms, dtype=np.int64),
+        docs,
+        np.array(counts, dtype=np.float64),
     )
+
+
+def _assemble(
+    keys: frozenset[SegmentKey],
+    ids: npt.NDArray[np.int64],
+    files: npt.NDArray[np.int32],
+    file_codes: dict[str, int],
+    lengths: npt.NDArray[np.float64],
+    vocabulary: dict[str, int],
+    terms: npt.NDArray[np.int64],
+    docs: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.float64],
+) -> Segment:
+    """A segment from its (term, chunk position, count) triples in any order."""
+    n = max(len(ids), 1)
+    keys_a = terms * n + docs
+    order = np.argsort(keys_a, kind="stable")
+    keys_a, counts = keys_a[order], counts[order]
+    # Two words of a chunk may share a stem: equal (term, chunk) keys are summed.
+    if len(keys_a):
+        first = np.flatnonzero(np.r_[True, keys_a[1:] != keys_a[:-1]])
+        counts = np.add.reduceat(counts, first)
+        keys_a = keys_a[first]
+    offsets = np.searchsorted(keys_a // n, np.arange(len(vocabulary) + 1)).astype(np.int64)
+    return Segment(
+        keys=keys,
+        ids=ids,
+        files=files,
+        file_codes=file_codes,
+        lengths=lengths,
+        vocabulary=vocabulary,
+        offsets=offsets,
+        docs=(keys_a % n).astype(np.int32),
+        counts=counts.astype(np.float32),
+        alive=None,
+        live=len(ids),
+        live_length=int(lengths.sum()),
+    )
+
+
+def _merged(segments: Sequence[Segment], mean: float) -> Segment | None:
+    """One segment of the live chunks of ``segments``, weighed for ``mean`` (no text is read)."""
+    vocabulary: dict[str, int] = {}
+    file_codes: dict[str, int] = {}
+    keys: set[SegmentKey] = set()
+    ids, files, lengths, terms, docs, counts = [], [], [], [], [], []
+    base = 0
+    for segment in segments:
+        alive = np.ones(len(segment.ids), dtype=bool) if segment.alive is None else segment.alive
+        position = np.cumsum(alive) - 1 + base
+        term_map = np.array(
+            [vocabulary.setdefault(t, len(vocabulary)) for t in segment.vocabulary], dtype=np.int64
+        )
+        file_map = np.array(
+            [file_codes.setdefault(f, len(file_codes)) for f in segment.file_codes], dtype=np.int32
+        )
+        keep = alive[segment.docs]
+        posting_terms = np.repeat(term_map, np.diff(segment.offsets))
+        terms.append(posting_terms[keep])
+        docs.append(position[segment.docs[keep]])
+        counts.append(segment.counts[keep].astype(np.float64))
+        ids.append(segment.ids[alive])
+        files.append(file_map[segment.files[alive]] if len(file_map) else segment.files[alive])
+        lengths.append(segment.lengths[alive])
+        keys |= segment.keys
+        base += int(np.count_nonzero(alive))
+    if not base:
+        return None
+    merged = _assemble(
+        frozenset(keys),
+        np.concatenate(ids),
+        np.concatenate(files).astype(np.int32),
+        file_codes,
+        np.concatenate(lengths),
+        vocabulary,
+        np.concatenate(terms),
+        np.concatenate(docs).astype(np.int64),
+        np.concatenate(counts),
+    )
+    return merged.with_weights(mean)
 
 
 def _term_number(word: str, vocabulary: dict[str, int]) -> int:
@@ -219,30 +488,59 @@ def _term_number(word: str, vocabulary: dict[str, int]) -> int:
     return vocabulary.setdefault(_stem(word), len(vocabulary))
 
 
-def _best(postings: _Postings, terms: Sequence[str], limit: int, file_ids: Sequence[str] | None) -> list[int]:
-    n = len(postings.ids)
-    scores = np.zeros(n, dtype=np.float64)
+def _best(
+    state: _State, terms: Sequence[str], limit: int, file_ids: Sequence[str] | None
+) -> list[tuple[int, float]]:
+    n = state.live
+    if not n:
+        return []
+    scores = np.zeros(len(state.ids), dtype=np.float64)
+    bases = np.cumsum([0] + [len(s.ids) for s in state.segments]).tolist()
     for term in terms:
-        row = postings.vocabulary.get(term)
-        if row is None:
-            continue
-        start, end = int(postings.offsets[row]), int(postings.offsets[row + 1])
-        df = end - start
+        parts: list[tuple[Segment, int, int, int]] = []
+        df = 0
+        for segment, base in zip(state.segments, bases, strict=False):
+            row = segment.vocabulary.get(term)
+            if row is None:
+                continue
+            start, end = int(segment.offsets[row]), int(segment.offsets[row + 1])
+            if start == end:
+                continue
+            if segment.alive is None:
+                df += end - start
+            else:
+                df += int(np.count_nonzero(segment.alive[segment.docs[start:end]]))
+            parts.append((segment, base, start, end))
         if not df:
             continue
         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        # A term's postings name each chunk once, so this fancy-indexed add is exact.
-        scores[postings.docs[start:end]] += idf * postings.weights[start:end]
-    if file_ids is not None:
-        wanted = np.array(
-            [postings.file_codes[f] for f in file_ids if f in postings.file_codes], dtype=np.int32
-        )
-        scores[~np.isin(postings.files, wanted)] = 0.0
+        for segment, base, start, end in parts:
+            docs = segment.docs[start:end]
+            if segment.weights is not None and segment.weights_mean == state.mean:
+                weights = segment.weights[start:end]
+            else:
+                weights = _weights(segment.counts[start:end], segment.lengths[docs], state.mean)
+            # A term's postings name each chunk once, so this fancy-indexed add is exact.
+            scores[base : base + len(segment.ids)][docs] += idf * weights
+    for segment, base in zip(state.segments, bases, strict=False):
+        view = scores[base : base + len(segment.ids)]
+        if segment.alive is not None:
+            view[~segment.alive] = 0.0
+        if file_ids is not None:
+            wanted = np.array(
+                [segment.file_codes[f] for f in file_ids if f in segment.file_codes], dtype=np.int32
+            )
+            view[~np.isin(segment.files, wanted)] = 0.0
     matched = int(np.count_nonzero(scores))
     count = min(limit, matched)
     if count <= 0:
         return []
-    top = np.argpartition(-scores, count - 1)[:count] if count < n else np.arange(n)
+    if count < len(scores):
+        # Every chunk scoring at least the count-th best, so ties at the cut go by chunk id too.
+        cut = -np.partition(-scores, count - 1)[count - 1]
+        top = np.flatnonzero(scores >= cut)
+    else:
+        top = np.arange(len(scores))
     # Best first, ties by chunk id (the same order on every back end).
-    order = sorted(top.tolist(), key=lambda i: (-float(scores[i]), int(postings.ids[i])))
-    return [int(postings.ids[i]) for i in order[:count] if scores[i] > 0]
+    best = top[np.lexsort((state.ids[top], -scores[top]))][:count]
+    return [(int(state.ids[i]), float(scores[i])) for i in best.tolist() if scores[i] > 0]

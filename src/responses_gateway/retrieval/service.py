@@ -138,6 +138,8 @@ class VectorStores:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._keywords is not None:
+            await self._keywords.aclose()
         self._tables = None
         self._index = None
         self._keywords = None

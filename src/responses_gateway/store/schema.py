@@ -249,6 +249,11 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
             "INSERT INTO rg_vs_chunk_ids (next_id) SELECT COALESCE(MAX(id), 0) + 1 FROM rg_vs_chunks",
         ],
     ),
+    # The store's ``version`` the ingestion that wrote an attachment's chunks set (complete_file):
+    # with the file id it names those chunks for good (a re-attachment gets a new one), so the BM25
+    # index (retrieval/keyword_index.py) reads only what changed. NULL for files completed before
+    # this version.
+    (10, ["ALTER TABLE rg_vector_store_files ADD COLUMN ingested_version BIGINT"]),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

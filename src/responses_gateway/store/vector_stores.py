@@ -11,7 +11,7 @@ when its ``version`` (bumped by every write of its chunks) moves. A file's chunk
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import Any
 
 import orjson
@@ -20,10 +20,11 @@ from .db import Database, Tx
 from .errors import FileBatchNotFound, VectorStoreExpired, VectorStoreFileNotFound, VectorStoreNotFound
 from .rows import JSON, check_page_args, page
 
-__all__ = ["FILE_STATUSES", "ChunkRow", "VectorStoreTables"]
+__all__ = ["FILE_STATUSES", "ChunkRow", "SegmentKey", "VectorStoreTables"]
 
 FILE_STATUSES = ("in_progress", "completed", "cancelled", "failed")
 ChunkRow = tuple[int, str, str]  # chunk id, file id, text
+SegmentKey = tuple[str, int]  # an attachment's chunks: file id, the ingested_version that wrote them
 
 _STORE_COLUMNS = (
     "id, created_at, name, description, metadata, expires_after, last_active_at, embedding_model, "
@@ -502,9 +503,11 @@ class VectorStoreTables:
                 )
             await tx.execute("UPDATE rg_vector_stores SET version = version + 1 WHERE id = ?", store_id)
             await tx.execute(
-                "UPDATE rg_vector_store_files SET status = 'completed', usage_bytes = ? "
+                "UPDATE rg_vector_store_files SET status = 'completed', usage_bytes = ?, "
+                "ingested_version = (SELECT version FROM rg_vector_stores WHERE id = ?) "
                 "WHERE vector_store_id = ? AND file_id = ?",
                 usage_bytes,
+                store_id,
                 store_id,
                 file_id,
             )
@@ -665,6 +668,39 @@ class VectorStoreTables:
                 store_id,
             )
         return (-1 if row is None else int(row[0])), [(int(r[0]), r[1], r[2]) for r in rows]
+
+    async def text_changes(
+        self, store_id: str, known: Set[SegmentKey]
+    ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, str]]]:
+        """What the keyword index needs to catch up, read in one transaction: the store's version,
+        the key of every completed attachment (file id, the ``ingested_version`` that wrote its
+        chunks, -1 for files completed before that column), and the chunks (key, id, text) of the
+        attachments not in ``known``, ordered by id. A key names the same chunks for good."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
+            files = await tx.fetch(
+                "SELECT file_id, COALESCE(ingested_version, -1) FROM rg_vector_store_files "
+                "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
+                store_id,
+            )
+            keys = [(str(f[0]), int(f[1])) for f in files]
+            wanted = [key[0] for key in keys if key not in known]
+            query = (
+                "SELECT c.id, c.file_id, c.text, COALESCE(f.ingested_version, -1) FROM rg_vs_chunks c "
+                "JOIN rg_vector_store_files f ON f.vector_store_id = c.vector_store_id "
+                "AND f.file_id = c.file_id WHERE c.vector_store_id = ?"
+            )
+            found: list[Any] = []
+            if wanted and len(wanted) == len(keys):
+                found = list(await tx.fetch(query + " ORDER BY c.id", store_id))
+            else:
+                for start in range(0, len(wanted), 500):
+                    part = wanted[start : start + 500]
+                    marks = ", ".join("?" * len(part))
+                    found += await tx.fetch(query + f" AND c.file_id IN ({marks})", store_id, *part)
+                found.sort(key=lambda r: int(r[0]))
+        rows = [((str(r[1]), int(r[3])), int(r[0]), str(r[2])) for r in found]
+        return (-1 if row is None else int(row[0])), keys, rows
 
     async def chunks(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         if not ids:
