@@ -218,7 +218,7 @@ class KeywordIndex:
         """Merge small segments and rewrite those with many dead chunks, then bring every segment's
         weights to the store's mean, off the search path; a result is used only when the segments it
         came from are all still there (a write in between is caught up by the next round)."""
-        for _ in range(8):
+        while True:
             state = self._states.get(store_id)
             if state is None:
                 return
@@ -226,20 +226,19 @@ class KeywordIndex:
             stale = [s for s in state.segments if s.weights is None or s.weights_mean != state.mean]
             if not group and not stale:
                 return
+            sources = group or stale
             if group:
-                merged: Segment | None = await asyncio.to_thread(_merged, group, state.mean)
-                sources: list[Segment] = group
+                made = [await asyncio.to_thread(_merged, group, state.mean)]
             else:
-                merged = await asyncio.to_thread(stale[0].with_weights, state.mean)
-                sources = [stale[0]]
+                made = await asyncio.to_thread(_weighed, stale, state.mean)
             async with self._locks.setdefault(store_id, asyncio.Lock()):
                 current = self._states.get(store_id)
                 if current is None or not all(any(s is c for c in current.segments) for s in sources):
-                    continue
+                    continue  # a write replaced them meanwhile: plan again from what is there now
                 kept = [c for c in current.segments if not any(s is c for s in sources)]
-                if merged is not None:
-                    kept.insert(0, merged)
-                self._states[store_id] = _state(current.version, current.keys, kept)
+                self._states[store_id] = _state(
+                    current.version, current.keys, [m for m in made if m is not None] + kept
+                )
 
     async def idle(self) -> None:
         """Wait for the background merges and weight updates to end (tests, the benchmark)."""
@@ -330,6 +329,10 @@ def _caught_up(
         segments[-1] = segments[-1].with_weights(state.mean)
         state = replace(state, segments=tuple(segments))
     return state
+
+
+def _weighed(segments: Sequence[Segment], mean: float) -> list[Segment | None]:
+    return [s.with_weights(mean) for s in segments]
 
 
 def _without(segment: Segment, gone: Set[SegmentKey]) -> Segment | None:
