@@ -15,7 +15,8 @@ posting's term-frequency weight depends on the mean length, so a segment keeps i
 and its chunk lengths; its weights are precomputed for one mean and computed per query term while
 the mean differs (the first searches after a write). Segments and weights are the same numbers a
 single build gives, so an index built in pieces ranks and scores exactly as one built at once
-(tests/test_keyword_index.py). In the background, after a write: small segments, and segments with
+(tests/test_keyword_index.py). In the background, after a write: small segments (past two
+segments: the large one stays unless the others hold half as many chunks), and segments with
 many dead chunks, are merged (numpy only, no tokenizing), and the weights are brought to the new mean.
 
 Why not FTS5's ``bm25()`` / PostgreSQL's ``ts_rank``: both compute the rank of every matching row in
@@ -23,7 +24,7 @@ the database, which for a common word at 100k chunks took 50-150 ms here (docs/f
 Measured); here a query term costs one numpy gather-and-add over its postings (a whole query 3-4 ms
 p50 at 100k chunks in the benchmark). And the two back ends weighed matches differently.
 
-Memory: the postings (an int32 chunk position, a float32 term count and a float32 BM25 term weight
+Memory: the postings (an int32 chunk position, a uint16 term count and a float32 BM25 term weight
 per distinct term of a chunk), the chunk ids, files and lengths, and the vocabulary per segment
 (``KeywordIndex.stats``). The least recently searched stores are dropped past ``max_bytes``.
 
@@ -67,7 +68,7 @@ MAX_QUERY_TERMS = 64
 _INLINE_ROWS = 20_000
 # Past this many segments the small ones are merged in the background; a segment whose dead chunks
 # pass this share is rewritten without them.
-MAX_SEGMENTS = 4
+MAX_SEGMENTS = 2
 _DEAD_SHARE = 0.2
 SegmentKey = tuple[str, int]  # file id, the store version its ingestion set
 _WORD = re.compile(r"\w\w+", re.UNICODE)
@@ -121,7 +122,7 @@ class Segment:
     vocabulary: dict[str, int]  # term -> its row in offsets
     offsets: npt.NDArray[np.int64]  # term t's postings are [offsets[t], offsets[t + 1])
     docs: npt.NDArray[np.int32]  # chunk position per posting, ascending within a term
-    counts: npt.NDArray[np.float32]  # the term's count in the chunk per posting
+    counts: npt.NDArray[np.uint16]  # the term's count in the chunk per posting (capped at 65535)
     alive: npt.NDArray[np.bool_] | None  # None: no chunk of it was detached
     live: int  # live chunks
     live_length: int  # their tokens
@@ -166,7 +167,7 @@ def _state(version: int, keys: frozenset[SegmentKey], segments: Sequence[Segment
 
 
 def _weights(
-    counts: npt.NDArray[np.float32], lengths: npt.NDArray[np.float64], mean: float
+    counts: npt.NDArray[np.uint16], lengths: npt.NDArray[np.float64], mean: float
 ) -> npt.NDArray[np.float32]:
     """The one formula of a posting's weight, used whole (a segment's) and per term slice (a query
     while the mean moved): elementwise, so both give the same float32s."""
@@ -436,7 +437,7 @@ def _assemble(
         vocabulary=vocabulary,
         offsets=offsets,
         docs=(keys_a % n).astype(np.int32),
-        counts=counts.astype(np.float32),
+        counts=np.minimum(counts, 65535).astype(np.uint16),
         alive=None,
         live=len(ids),
         live_length=int(lengths.sum()),
