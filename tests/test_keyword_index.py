@@ -96,6 +96,11 @@ async def _scenario(url: str) -> None:
 
         for n, topic in enumerate(TOPICS[:10]):
             await _attach(tables, "vs_1", f"file-{n}", topic)
+        # A file completed before migration 9 has no ingested_version.
+        async with store.db.transaction() as tx:
+            await tx.execute(
+                "UPDATE rg_vector_store_files SET ingested_version = NULL WHERE file_id = 'file-0'"
+            )
         await same()
         # One more file: only its chunks are read, and the scores still match a whole build
         # (before the background has brought the old segment's weights to the new mean).
@@ -121,6 +126,7 @@ async def _scenario(url: str) -> None:
         await other.delete_file(OWNER, "vs_1", "file-29")
         await _attach(other, "vs_1", "file-29", TOPICS[29], size=60)
         await other.delete_file(OWNER, "vs_1", "file-3")
+        await _attach(other, "vs_1", "file-0", TOPICS[0], size=70)  # was the NULL one
         await same()
         for n in range(12, 20):
             await other.delete_file(OWNER, "vs_1", f"file-{n}")
