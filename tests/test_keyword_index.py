@@ -96,7 +96,7 @@ async def _scenario(url: str) -> None:
 
         for n, topic in enumerate(TOPICS[:10]):
             await _attach(tables, "vs_1", f"file-{n}", topic)
-        # A file completed before migration 9 has no ingested_version.
+        # A file completed before migration 10 has no ingested_version.
         async with store.db.transaction() as tx:
             await tx.execute(
                 "UPDATE rg_vector_store_files SET ingested_version = NULL WHERE file_id = 'file-0'"
