@@ -124,6 +124,28 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+def machine() -> dict[str, Any]:
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()}
+
+
+async def ingest(service: VectorStores, docs: list[tuple[str, str, str]]) -> tuple[str, list[Any], float]:
+    """Every document attached to a new vector store, ingestion waited for: the store's id, its chunks'
+    rows (id, text, embedding) and the seconds it took."""
+    vs = (await service.create(OWNER, {"name": "pydoc", "chunking_strategy": None}))["id"]
+    start = time.perf_counter()
+    for name, _, _ in docs:
+        await service.attach(OWNER, vs, name, attributes={}, chunking=CHUNKING)
+    await service.idle()
+    took = time.perf_counter() - start
+    found = await service.tables.get_store(OWNER, vs)
+    assert found["file_counts"]["completed"] == len(docs), found["file_counts"]
+    async with service.tables.db.transaction() as tx:
+        rows = await tx.fetch(
+            "SELECT id, text, embedding FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id", vs
+        )
+    return vs, rows, took
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="rg-bench-fs-"))
     if args.keep:
@@ -140,11 +162,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     service = VectorStores(lambda: store, read)
     await service.start()
     result: dict[str, Any] = {
-        "machine": {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-        },
+        "machine": machine(),
         "corpus": {
             "documents": len(docs),
             "bytes": sum(len(b) for b in blobs.values()),
@@ -155,18 +173,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         embedder = service.embedder("all-MiniLM-L6-v2")
         await asyncio.to_thread(embedder.embed, ["warm up"])
         # ---------------------------------------------------------------- ingestion
-        vs = (await service.create(OWNER, {"name": "pydoc", "chunking_strategy": None}))["id"]
-        start = time.perf_counter()
-        for name, _, _ in docs:
-            await service.attach(OWNER, vs, name, attributes={}, chunking=CHUNKING)
-        await service.idle()
-        took = time.perf_counter() - start
-        found = await service.tables.get_store(OWNER, vs)
-        assert found["file_counts"]["completed"] == len(docs), found["file_counts"]
-        async with service.tables.db.transaction() as tx:
-            rows = await tx.fetch(
-                "SELECT id, text, embedding FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id", vs
-            )
+        vs, rows, took = await ingest(service, docs)
         chunks = len(rows)
         result["ingestion"] = {
             "chunks": chunks,

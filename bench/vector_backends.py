@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from file_search import CHUNKING, OWNER, corpus, percentile
+from file_search import CHUNKING, OWNER, corpus, ingest, machine, percentile
 from responses_gateway.retrieval.service import VectorStores
 from responses_gateway.retrieval.vector_index import VectorIndex
 from responses_gateway.store import Store, open_store
@@ -61,11 +58,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     service = VectorStores(lambda: store, read, vector_index="memory")
     await service.start()
     result: dict[str, Any] = {
-        "machine": {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-        },
+        "machine": machine(),
         "corpus": {
             "documents": len(docs),
             "bytes": sum(len(b) for b in blobs.values()),
@@ -74,14 +67,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     try:
         embedder = service.embedder("all-MiniLM-L6-v2")
-        vs = (await service.create(OWNER, {"name": "pydoc", "chunking_strategy": None}))["id"]
-        for name, _, _ in docs:
-            await service.attach(OWNER, vs, name, attributes={}, chunking=CHUNKING)
-        await service.idle()
-        async with service.tables.db.transaction() as tx:
-            rows = await tx.fetch(
-                "SELECT id, text, embedding FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id", vs
-            )
+        _, rows, _ = await ingest(service, docs)
         chunks = len(rows)
         result["corpus"]["chunks"] = chunks
         # ---------------------------------------------------------------- latency
