@@ -456,21 +456,16 @@ def _chat_text_turn(text: str, prompt_tokens: int) -> bytes:
     return encode_chunks(chunks, "openai-chat")
 
 
-def test_codex_compacts_a_long_session_through_a_chat_completions_upstream(
-    setup: Setup, upstream: UpstreamMock, tmp_path: Path
-) -> None:
-    """Past ``model_auto_compact_token_limit`` Codex summarises the session itself (through the gateway
-    like any turn) and goes on from the summary: the upstream's next request carries the notes, not the
-    tool call and its output."""
-    arguments = json.dumps({"cmd": "echo compacted | tee out.txt"})
-    call_turn = [
+def _chat_call_turn(call_id: str, arguments: str, *, prompt_tokens: int) -> bytes:
+    """A Chat Completions turn calling Codex's ``exec_command`` once, reporting ``prompt_tokens``."""
+    chunks = [
         _chat_chunk({"role": "assistant", "content": None}),
         _chat_chunk(
             {
                 "tool_calls": [
                     {
                         "index": 0,
-                        "id": "call_0_compact",
+                        "id": call_id,
                         "type": "function",
                         "function": {"name": "exec_command", "arguments": arguments},
                     }
@@ -478,12 +473,29 @@ def test_codex_compacts_a_long_session_through_a_chat_completions_upstream(
             }
         ),
         _chat_chunk({}, "tool_calls"),
-        # More than the limit Codex is given below: it compacts before its next request.
-        _chat_chunk(None, usage={"prompt_tokens": 9000, "completion_tokens": 10, "total_tokens": 9010}),
+        _chat_chunk(
+            None,
+            usage={
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": 10,
+                "total_tokens": prompt_tokens + 10,
+            },
+        ),
     ]
+    return encode_chunks(chunks, "openai-chat")
+
+
+def test_codex_compacts_a_long_session_through_a_chat_completions_upstream(
+    setup: Setup, upstream: UpstreamMock, tmp_path: Path
+) -> None:
+    """Past ``model_auto_compact_token_limit`` Codex summarises the session itself (through the gateway
+    like any turn) and goes on from the summary: the upstream's next request carries the notes, not the
+    tool call and its output."""
+    arguments = json.dumps({"cmd": "echo compacted | tee out.txt"})
     upstream.reset(
         [
-            stream_reply(encode_chunks(call_turn, "openai-chat")),
+            # More than the limit Codex is given below: it compacts before its next request.
+            stream_reply(_chat_call_turn("call_0_compact", arguments, prompt_tokens=9000)),
             stream_reply(_chat_text_turn("NOTES: wrote out.txt with tee.", 300)),
             stream_reply(_chat_text_turn("The file is written.", 200)),
         ]
@@ -512,26 +524,9 @@ def test_codex_named_openai_compacts_remotely_through_a_chat_completions_upstrea
     gets one sealed ``compaction`` item and sends it back, and the upstream's next request carries the
     summary the gateway expanded from it."""
     arguments = json.dumps({"cmd": "echo remote | tee out.txt"})
-    call_turn = [
-        _chat_chunk({"role": "assistant", "content": None}),
-        _chat_chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": "call_0_remote",
-                        "type": "function",
-                        "function": {"name": "exec_command", "arguments": arguments},
-                    }
-                ]
-            }
-        ),
-        _chat_chunk({}, "tool_calls"),
-        _chat_chunk(None, usage={"prompt_tokens": 9000, "completion_tokens": 10, "total_tokens": 9010}),
-    ]
     upstream.reset(
         [
-            stream_reply(encode_chunks(call_turn, "openai-chat")),
+            stream_reply(_chat_call_turn("call_0_remote", arguments, prompt_tokens=9000)),
             stream_reply(_chat_text_turn("NOTES: wrote out.txt with tee remotely.", 300)),
             stream_reply(_chat_text_turn("The file is written.", 200)),
         ]
