@@ -23,20 +23,8 @@ from conftest import Gateway, check_stream, decode_sse, start_gateway
 from responses_gateway.protocol.accumulator import accumulate
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.server import http_protocol, responses
+from test_push_relay import chat_body
 from upstream_mock import UpstreamMock, stream_reply
-
-CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":%s}}]}\n\n'
-END = (
-    'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
-    'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d,"total_tokens":%d}}\n\n'
-    "data: [DONE]\n\n"
-)
-
-
-def chat_body(pieces: list[str]) -> bytes:
-    head = 'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
-    body = head + "".join(CHUNK % orjson.dumps(p).decode() for p in pieces)
-    return (body + END % (len(pieces), len(pieces) + 3)).encode()
 
 
 @pytest.fixture(scope="module")
