@@ -124,6 +124,49 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+def open_service(store: Store, blobs: dict[str, bytes], **options: Any) -> VectorStores:
+    """The vector store service over ``store``, reading the files' bytes from ``blobs``."""
+
+    async def read(owner: str, file_id: str) -> tuple[dict[str, Any], bytes]:
+        return {"filename": file_id}, blobs[file_id]
+
+    return VectorStores(lambda: store, read, **options)
+
+
+def corpus_info(docs: list[tuple[str, str, str]], blobs: dict[str, bytes]) -> dict[str, Any]:
+    return {"documents": len(docs), "bytes": sum(len(b) for b in blobs.values()), "chunking": CHUNKING}
+
+
+async def write_file(
+    service: VectorStores, store_id: str, file_id: str, texts: list[str], vectors: list[bytes]
+) -> None:
+    """One file's chunks and vectors written as ingestion would, without parsing or embedding."""
+    await service.tables.add_file(
+        OWNER, store_id, file_id, filename=file_id, created_at=0, attributes={}, chunking_strategy=CHUNKING
+    )
+    await service.tables.complete_file(store_id, file_id, texts, vectors, usage_bytes=0)
+
+
+async def big_store(service: VectorStores, size: int, texts: list[str], vectors: Any) -> tuple[str, float]:
+    """A store of ``size`` chunks: the corpus's repeated, each copy's vector the original's plus a
+    little noise, renormalised (seeded: the same on every database). Its id and the seconds the
+    writes took."""
+    rng = np.random.default_rng(14)
+    big = (await service.create(OWNER, {"name": f"big-{size}", "chunking_strategy": None}))["id"]
+    made = 0
+    start = time.perf_counter()
+    while made < size:
+        n = min(1000, size - made)
+        idx = np.arange(made, made + n) % len(texts)
+        noisy = vectors[idx] + rng.normal(0, 0.02, (n, vectors.shape[1])).astype(np.float32)
+        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+        await write_file(
+            service, big, f"copy-{made}", [texts[i] for i in idx], [row.tobytes() for row in noisy]
+        )
+        made += n
+    return big, time.perf_counter() - start
+
+
 def machine() -> dict[str, Any]:
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()}
 
@@ -155,20 +198,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     second = stdlib_corpus(6 if args.quick else None)
     blobs = {name: body.encode() for name, _, body in docs}
     blobs.update({f"stdlib/{name}": body.encode() for name, _, body in second})
-
-    async def read(owner: str, file_id: str) -> tuple[dict[str, Any], bytes]:
-        return {"filename": file_id}, blobs[file_id]
-
-    service = VectorStores(lambda: store, read)
+    service = open_service(store, blobs)
     await service.start()
-    result: dict[str, Any] = {
-        "machine": machine(),
-        "corpus": {
-            "documents": len(docs),
-            "bytes": sum(len(b) for b in blobs.values()),
-            "chunking": CHUNKING,
-        },
-    }
+    result: dict[str, Any] = {"machine": machine(), "corpus": corpus_info(docs, blobs)}
     try:
         embedder = service.embedder("all-MiniLM-L6-v2")
         await asyncio.to_thread(embedder.embed, ["warm up"])
@@ -227,38 +259,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # ---------------------------------------------------------------- latency
         texts = [r[1] for r in rows]
         vectors = np.stack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
-        rng = np.random.default_rng(14)
         questions = [title for _, title, _ in docs]
         sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
         result["latency"] = {}
         for size in sizes:
-            big = (await service.create(OWNER, {"name": f"big-{size}", "chunking_strategy": None}))["id"]
-            made = 0
-            start = time.perf_counter()
-            while made < size:
-                n = min(1000, size - made)
-                idx = np.arange(made, made + n) % chunks
-                noisy = vectors[idx] + rng.normal(0, 0.02, (n, vectors.shape[1])).astype(np.float32)
-                noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
-                file_id = f"copy-{made}"
-                await service.tables.add_file(
-                    OWNER,
-                    big,
-                    file_id,
-                    filename=file_id,
-                    created_at=0,
-                    attributes={},
-                    chunking_strategy=CHUNKING,
-                )
-                await service.tables.complete_file(
-                    big,
-                    file_id,
-                    [texts[i] for i in idx],
-                    [row.tobytes() for row in noisy],
-                    usage_bytes=0,
-                )
-                made += n
-            load = time.perf_counter() - start
+            big, load = await big_store(service, size, texts, vectors)
             # The first search builds the BM25 postings and reads the vectors into memory.
             t0 = time.perf_counter()
             await service.search(
@@ -309,17 +314,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for part in ("bm25", "search"):
                 file_id = f"extra-{part}"
                 idx = np.arange(100) % chunks
-                await service.tables.add_file(
-                    OWNER,
-                    big,
-                    file_id,
-                    filename=file_id,
-                    created_at=0,
-                    attributes={},
-                    chunking_strategy=CHUNKING,
-                )
-                await service.tables.complete_file(
-                    big, file_id, [texts[i] for i in idx], [vectors[i].tobytes() for i in idx], usage_bytes=0
+                await write_file(
+                    service, big, file_id, [texts[i] for i in idx], [vectors[i].tobytes() for i in idx]
                 )
                 t0 = time.perf_counter()
                 if part == "bm25":

@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from file_search import CHUNKING, OWNER, corpus, ingest, machine, percentile
-from responses_gateway.retrieval.service import VectorStores
+from file_search import OWNER, big_store, corpus, corpus_info, ingest, machine, open_service, percentile
 from responses_gateway.retrieval.vector_index import VectorIndex
 from responses_gateway.store import Store, open_store
 
@@ -51,20 +50,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     store: Store = await open_store(f"sqlite://{tmp}/gateway.db")
     docs = corpus(6 if args.quick else None)
     blobs = {name: body.encode() for name, _, body in docs}
-
-    async def read(owner: str, file_id: str) -> tuple[dict[str, Any], bytes]:
-        return {"filename": file_id}, blobs[file_id]
-
-    service = VectorStores(lambda: store, read, vector_index="memory")
+    service = open_service(store, blobs, vector_index="memory")
     await service.start()
-    result: dict[str, Any] = {
-        "machine": machine(),
-        "corpus": {
-            "documents": len(docs),
-            "bytes": sum(len(b) for b in blobs.values()),
-            "chunking": CHUNKING,
-        },
-    }
+    result: dict[str, Any] = {"machine": machine(), "corpus": corpus_info(docs, blobs)}
     try:
         embedder = service.embedder("all-MiniLM-L6-v2")
         _, rows, _ = await ingest(service, docs)
@@ -85,12 +73,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for size in sizes:
                 result["latency"][str(size)] = {"chunks": size, "backends": {}}
                 for dialect, where in stores:
-                    big, load = await _big_store(where, read, size, texts, vectors, chunks)
+                    big, load = await _big_store(where, blobs, size, texts, vectors)
                     for backend in BACKENDS[dialect]:
                         if wanted is not None and backend not in wanted:
                             continue
                         row = await _measure(
-                            args, where, read, big, backend, questions, query_vectors, dialect
+                            args, where, blobs, big, backend, questions, query_vectors, dialect
                         )
                         row["load_s"] = round(load, 1)
                         name = f"{dialect}/{backend}"
@@ -116,32 +104,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _big_store(
-    store: Store, read: Any, size: int, texts: list[str], vectors: Any, chunks: int
+    store: Store, blobs: dict[str, bytes], size: int, texts: list[str], vectors: Any
 ) -> tuple[str, float]:
-    """A store of ``size`` chunks: the corpus's, repeated with noisy vectors (seeded: the same on
-    every database). Its id and the seconds the writes took."""
-    service = VectorStores(lambda: store, read, vector_index="memory")
+    """``file_search.big_store`` written through a service of its own on ``store``."""
+    service = open_service(store, blobs, vector_index="memory")
     await service.start()
-    rng = np.random.default_rng(14)
-    big = (await service.create(OWNER, {"name": f"big-{size}", "chunking_strategy": None}))["id"]
-    made = 0
-    start = time.perf_counter()
-    while made < size:
-        n = min(1000, size - made)
-        idx = np.arange(made, made + n) % chunks
-        noisy = vectors[idx] + rng.normal(0, 0.02, (n, vectors.shape[1])).astype(np.float32)
-        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
-        file_id = f"copy-{made}"
-        await service.tables.add_file(
-            OWNER, big, file_id, filename=file_id, created_at=0, attributes={}, chunking_strategy=CHUNKING
-        )
-        await service.tables.complete_file(
-            big, file_id, [texts[i] for i in idx], [row.tobytes() for row in noisy], usage_bytes=0
-        )
-        made += n
-    took = time.perf_counter() - start
-    await service.aclose()
-    return big, took
+    try:
+        return await big_store(service, size, texts, vectors)
+    finally:
+        await service.aclose()
 
 
 async def _db_mb(store: Store, dialect: str, backend: str) -> float:
@@ -161,14 +132,14 @@ async def _db_mb(store: Store, dialect: str, backend: str) -> float:
 async def _measure(
     args: argparse.Namespace,
     store: Store,
-    read: Any,
+    blobs: dict[str, bytes],
     big: str,
     backend: str,
     questions: list[str],
     query_vectors: Any,
     dialect: str,
 ) -> dict[str, Any]:
-    service = VectorStores(lambda: store, read, vector_index=backend)
+    service = open_service(store, blobs, vector_index=backend)
     await service.start()
     try:
         index = service.index

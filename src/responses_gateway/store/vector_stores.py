@@ -658,17 +658,6 @@ class VectorStoreTables:
             )
         return (-1 if row is None else int(row[0])), [(int(r[0]), r[1], bytes(r[2])) for r in rows]
 
-    async def load_texts(self, store_id: str) -> tuple[int, list[ChunkRow]]:
-        """The store's version and every chunk's (id, file id, text), read in one transaction (the
-        keyword index's source)."""
-        async with self.db.transaction() as tx:
-            row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
-            rows = await tx.fetch(
-                "SELECT id, file_id, text FROM rg_vs_chunks WHERE vector_store_id = ? ORDER BY id",
-                store_id,
-            )
-        return (-1 if row is None else int(row[0])), [(int(r[0]), r[1], r[2]) for r in rows]
-
     async def text_changes(
         self, store_id: str, known: Set[SegmentKey]
     ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, str]]]:
