@@ -315,8 +315,7 @@ async def _settle(choices: Choices) -> None:
         await asyncio.gather(*pending, return_exceptions=True)
         if not (isinstance(error, HTTPError) and choices.started):
             raise error
-        kind = "server_error" if error.status >= 500 else "invalid_request_error"
-        chunk = {"error": {"message": error.message, "type": kind, "param": error.param, "code": error.code}}
+        # The error's own body (OpenAI's shape, secrets scrubbed) as the stream's last chunk.
         with contextlib.suppress(Exception):
-            await choices.abort(sse_data(chunk))
+            await choices.abort(b"data: " + error.body() + b"\n\n")
         return
