@@ -122,7 +122,7 @@ def test_proxy_aware_client_streams_the_same(upstream: UpstreamMock) -> None:
 @pytest.mark.parametrize("trust_env", [False, True], ids=["http1", "aiohttp"])
 def test_pump_delivers_the_body_and_stops_when_asked(upstream: UpstreamMock, trust_env: bool) -> None:
     """``pump`` (the push relay's read) gives the same bytes as iter_chunks on both clients; a
-    callback's awaitable is waited for; StopPumping ends it early and drops the connection."""
+    callback's awaitable is waited for; StopPumping ends it early (the stalled body is then dropped)."""
     payload = b"".join(b'data: {"i": %d}\n\n' % i for i in range(300))
     upstream.enqueue(
         stream_reply(payload, split=True, seed=9, max_piece=40, delay=0),

@@ -57,6 +57,11 @@ _PORTS = {"http": 80, "https": 443}
 _HIGH_WATER = 1 << 18
 # Bytes of status line and headers accepted before the response is refused.
 _MAX_HEAD = 1 << 18
+# After a push consumer stopped at the stream's last event: how much more of the body (the closing
+# chunk, usually in the same read or the next) is read, and for how long, to keep the connection
+# for the next request instead of dropping it.
+_LINGER_BYTES = 1 << 16
+_LINGER_SECONDS = 2.0
 _DNS_TTL = 300.0
 
 Key = tuple[str, str, int]
@@ -106,6 +111,8 @@ class _Conn(asyncio.Protocol):
         "keep_alive",
         "key",
         "last_read",
+        "linger_timer",
+        "lingering",
         "parser",
         "paused",
         "read_timeout",
@@ -154,6 +161,9 @@ class _Conn(asyncio.Protocol):
         self.sink: Callable[[bytes], Awaitable[None] | None] | None = None
         self.sink_error: BaseException | None = None
         self.waits = 0  # the consumer's waits not done yet (push mode)
+        # Set by Client.linger: the rest of the body is read and dropped, then this is called.
+        self.lingering: Callable[[_Conn], None] | None = None
+        self.linger_timer: asyncio.TimerHandle | None = None
 
     # -- the request in flight ---------------------------------------------------------------------
 
@@ -252,16 +262,31 @@ class _Conn(asyncio.Protocol):
             return
         self.last_read = self._loop.time()
         self.received = True
+        error: BaseException | None = None
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self.fail(UpstreamProtocolError("the upstream switched protocols"))
+            error = UpstreamProtocolError("the upstream switched protocols")
         except httptools.HttpParserError as exc:
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, UpstreamProtocolError):
-                self.fail(cause)
+                error = cause
             else:
-                self.fail(UpstreamProtocolError(f"malformed HTTP response ({exc})"))
+                error = UpstreamProtocolError(f"malformed HTTP response ({exc})")
+        if self.sink is not None and self.chunks:
+            # Push mode: what this read carried (every HTTP chunk of it) goes to the sink at once.
+            self._push()
+        if error is not None:
+            self.fail(error)
+        lingering = self.lingering
+        if lingering is not None:
+            if self.complete or self.exc is not None:
+                self.lingering = None
+                lingering(self)
+            elif self.buffered > _LINGER_BYTES:
+                self.lingering = None
+                self.fail(UpstreamClosed("more body than expected after the last event"))
+                lingering(self)
 
     def eof_received(self) -> bool:
         return False  # close our side too; connection_lost follows
@@ -269,6 +294,13 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.transport = None
+        lingering = self.lingering
+        if lingering is not None:
+            self.lingering = None
+            if not self.complete and self.exc is None:
+                self.fail(UpstreamClosed("the upstream closed the connection"))
+            lingering(self)
+            return
         if not self.busy or self.complete or self.exc is not None:
             return
         if self.headers_done and not self.has_length:
@@ -306,34 +338,51 @@ class _Conn(asyncio.Protocol):
         _wake(self.waiter)
 
     def on_body(self, body: bytes) -> None:
-        sink = self.sink
-        if sink is not None:
-            if self.exc is not None:
-                return
-            try:
-                wait = sink(body)
-            except BaseException as exc:
-                # Raised by the consumer (or StopPumping): Response.pump raises it in its task.
-                self.sink_error = exc
-                self.fail(UpstreamClosed("the consumer stopped reading"))
-                return
-            if wait is not None:
-                # The consumer cannot take more until ``wait`` is done (its client is slow): reading
-                # stops until every such wait is.
-                future = asyncio.ensure_future(wait)
-                if not future.done():
-                    self.waits += 1
-                    if not self.paused and self.transport is not None:
-                        self.paused = True
-                        self.transport.pause_reading()
-                    future.add_done_callback(functools.partial(self._resume_push, self.generation))
+        if self.lingering is not None:
+            self.buffered += len(body)  # dropped: the consumer has what it needed
             return
         self.chunks.append(body)
+        if self.sink is not None:
+            return  # pushed once the parser is done with this read (data_received)
         self.buffered += len(body)
         if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
         _wake(self.waiter)
+
+    def _push(self) -> None:
+        """Hand the body bytes of one socket read to the push sink (one call, however many HTTP
+        chunks the read held: one decode and translation pass, one write to the client)."""
+        chunks = self.chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        sink = self.sink
+        if sink is None or self.exc is not None:
+            return
+        try:
+            wait = sink(data)
+        except StopPumping as exc:
+            # The consumer has all it needs (Response.pump then releases the connection, or lets it
+            # linger for the rest of the body when the upstream has not ended it yet).
+            self.sink_error = exc
+            self.sink = None
+            _wake(self.waiter)
+            return
+        except BaseException as exc:
+            # Raised by the consumer: Response.pump raises it in its task.
+            self.sink_error = exc
+            self.fail(UpstreamClosed("the consumer stopped reading"))
+            return
+        if wait is not None:
+            # The consumer cannot take more until ``wait`` is done (its client is slow): reading
+            # stops until every such wait is.
+            future = asyncio.ensure_future(wait)
+            if not future.done():
+                self.waits += 1
+                if not self.paused and self.transport is not None:
+                    self.paused = True
+                    self.transport.pause_reading()
+                future.add_done_callback(functools.partial(self._resume_push, self.generation))
 
     def _resume_push(self, generation: int, _: object) -> None:
         if generation != self.generation:
@@ -471,10 +520,10 @@ class Response:
                 if wait is not None:
                     await wait
             conn.sink = on_chunk
-            while not conn.complete and conn.exc is None:
+            while not conn.complete and conn.exc is None and conn.sink_error is None:
                 await conn.wait()
         except StopPumping:
-            self.close()
+            self._stopped()
             return
         except BaseException:
             self.close()
@@ -484,9 +533,10 @@ class Response:
         error = conn.sink_error
         if error is not None:
             conn.sink_error = None
-            self.close()
             if isinstance(error, StopPumping):
+                self._stopped()
                 return
+            self.close()
             raise error
         if conn.exc is not None:
             self.close()
@@ -523,6 +573,19 @@ class Response:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self.close()
+
+    def _stopped(self) -> None:
+        """The push consumer stopped at the stream's last event: the connection goes back to the pool
+        once the upstream has ended the body (read and dropped in the background, within
+        :data:`_LINGER_BYTES` and :data:`_LINGER_SECONDS`), else it is dropped."""
+        if self._done:
+            return
+        conn = self._conn
+        if conn.exc is None and not conn.complete and not conn.closed:
+            self._done = True
+            self._client.linger(conn)
+            return
         self.close()
 
     def _finish(self) -> None:
@@ -576,6 +639,8 @@ class Client:
         self._dns: dict[tuple[str, int], tuple[float, list[tuple[int, str, int]]]] = {}
         self._ssl: ssl.SSLContext | None = None
         self._sweeper: asyncio.TimerHandle | None = None
+        # Connections reading the rest of a body nobody needs before going back to the pool.
+        self._lingering: set[_Conn] = set()
         self.closed = False
 
     @property
@@ -733,6 +798,36 @@ class Client:
             conn.abort()
         self._wake_one()
 
+    def linger(self, conn: _Conn) -> None:
+        """Read the rest of ``conn``'s body in the background and drop it; then release ``conn`` (to
+        the pool if the body ended well). It counts as active meanwhile."""
+        conn.stop_timers()
+        conn.buffered = 0
+        conn.chunks.clear()
+        conn.lingering = self._lingered
+        self._lingering.add(conn)
+        timer = self._loop.call_later(_LINGER_SECONDS, self._linger_expired, conn, conn.generation)
+        conn.linger_timer = timer
+        if conn.paused:
+            conn.paused = False
+            if conn.transport is not None:
+                conn.transport.resume_reading()
+
+    def _linger_expired(self, conn: _Conn, generation: int) -> None:
+        if conn.generation == generation and conn.lingering is not None:
+            conn.lingering = None
+            conn.linger_timer = None
+            conn.fail(UpstreamClosed("the body did not end after the last event"))
+            self._lingered(conn)
+
+    def _lingered(self, conn: _Conn) -> None:
+        self._lingering.discard(conn)
+        timer = conn.linger_timer
+        if timer is not None:
+            conn.linger_timer = None
+            timer.cancel()
+        self.release(conn)
+
     def _sweep(self) -> None:
         """Close pooled connections idle for longer than the keep-alive time."""
         self._sweeper = None
@@ -818,6 +913,11 @@ class Client:
         for host in self._hosts.values():
             while host.idle:
                 host.idle.pop().abort()
+        for conn in list(self._lingering):
+            if conn.lingering is not None:
+                conn.lingering = None
+                conn.fail(UpstreamClosed("the upstream client is closed"))
+                self._lingered(conn)
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_exception(ConnectionError("the upstream client is closed"))
