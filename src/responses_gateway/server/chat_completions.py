@@ -34,11 +34,12 @@ from ..protocol.chat_completions import (
 from ..protocol.request import RequestError
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
-from .frontends import JSON, DialectClient, DialectSink, Seal, renamed, sse_data
+from .frontends import JSON, DialectClient, DialectSink, DialectStream, Seal, renamed, sse_data
+from .http_protocol import body_writer
 from .request_log import RequestLog
 from .responses import Prepared, ResponsesAPI
 from .router import Router
-from .streaming import KEEPALIVE_COMMENT
+from .streaming import KEEPALIVE_COMMENT, Sink
 from .types import Message, Receive, Scope, Send
 
 __all__ = ["ChatCompletionsAPI"]
@@ -199,15 +200,22 @@ class ChatCompletionsAPI:
             ready = await self._prepare(scope, request_body, options, line)
             config = app.config
 
-            def make(seal: Seal) -> DialectSink:
+            def make(seal: Seal) -> Sink:
+                if options.stream:
+                    return DialectStream(
+                        send,
+                        receive,
+                        frames=chat_frames(options),
+                        seal=seal,
+                        keepalive=KEEPALIVE_COMMENT if config.keepalive != "off" else None,
+                        interval=config.keepalive_interval,
+                        direct=body_writer(scope),
+                    )
                 return DialectSink(
                     send,
                     receive,
-                    frames=chat_frames(options) if options.stream else None,
                     body=lambda response: orjson.dumps(completion_from_response(response, options)),
                     seal=seal,
-                    keepalive=KEEPALIVE_COMMENT if config.keepalive != "off" else None,
-                    interval=config.keepalive_interval,
                 )
 
             await self.responses.run(ready, DialectClient(make), line)
@@ -243,7 +251,7 @@ class ChatCompletionsAPI:
         ]
         choices = Choices(send, receive, options)
         results: list[JSON | None] = [None] * options.n
-        sinks: list[DialectSink | None] = [None] * options.n
+        sinks: list[DialectStream | DialectSink | None] = [None] * options.n
         first_open = asyncio.Event()
 
         def client(index: int) -> DialectClient:
@@ -254,16 +262,21 @@ class ChatCompletionsAPI:
             async def discard(message: Message) -> None:
                 return None
 
-            def make(seal: Seal) -> DialectSink:
-                sink = sinks[index] = DialectSink(
-                    choices.send_for(index) if options.stream else discard,
-                    choices.receive,
-                    frames=choices.frames(index) if options.stream else None,
-                    body=keep,
-                    seal=seal,
-                    keepalive=KEEPALIVE_COMMENT if config.keepalive != "off" else None,
-                    interval=config.keepalive_interval,
-                )
+            def make(seal: Seal) -> Sink:
+                sink: DialectStream | DialectSink
+                if options.stream:
+                    # (No lean body path: every body goes through send_for, which merges the runs.)
+                    sink = DialectStream(
+                        choices.send_for(index),
+                        choices.receive,
+                        frames=choices.frames(index),
+                        seal=seal,
+                        keepalive=KEEPALIVE_COMMENT if config.keepalive != "off" else None,
+                        interval=config.keepalive_interval,
+                    )
+                else:
+                    sink = DialectSink(discard, choices.receive, body=keep, seal=seal)
+                sinks[index] = sink
                 if index == 0:
                     first_open.set()  # drive() opens this sink before its first await
                 return sink

@@ -32,10 +32,12 @@ from ..redaction import REDACTOR
 from ..sealing import SealError
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
-from .frontends import JSON, DialectClient, DialectSink, Seal, renamed, sse_event
+from .frontends import JSON, DialectClient, DialectSink, DialectStream, Seal, renamed, sse_event
+from .http_protocol import body_writer
 from .request_log import RequestLog
 from .responses import ResponsesAPI
 from .router import Router
+from .streaming import Sink
 from .types import Receive, Scope, Send
 
 __all__ = ["PREFIX", "MessagesAPI", "send_anthropic_error"]
@@ -122,21 +124,31 @@ class MessagesAPI:
             config = app.config
             streamed = bool(request_body.get("stream"))
 
-            def make(seal: Seal) -> DialectSink:
+            def make(seal: Seal) -> Sink:
+                sink: DialectStream | DialectSink
+
                 def stopped_by() -> str | None:
                     return sink.stopped_by
 
-                sink = DialectSink(
-                    send,
-                    receive,
-                    frames=_frames(MessagesStream(model, sign), stopped_by) if streamed else None,
-                    body=lambda response: orjson.dumps(
-                        message_from_response(response, model, sign, sink.stopped_by)
-                    ),
-                    seal=seal,
-                    keepalive=PING if config.keepalive != "off" else None,
-                    interval=config.keepalive_interval,
-                )
+                if streamed:
+                    sink = DialectStream(
+                        send,
+                        receive,
+                        frames=_frames(MessagesStream(model, sign), stopped_by),
+                        seal=seal,
+                        keepalive=PING if config.keepalive != "off" else None,
+                        interval=config.keepalive_interval,
+                        direct=body_writer(scope),
+                    )
+                else:
+                    sink = DialectSink(
+                        send,
+                        receive,
+                        body=lambda response: orjson.dumps(
+                            message_from_response(response, model, sign, sink.stopped_by)
+                        ),
+                        seal=seal,
+                    )
                 return sink
 
             await self.responses.run(ready, DialectClient(make), line)

@@ -46,6 +46,7 @@ __all__ = [
     "ClientWatch",
     "DetachedSink",
     "Direct",
+    "Frames",
     "JSONSink",
     "Recording",
     "SSESink",
@@ -177,6 +178,8 @@ STOPS: dict[str, tuple[str, str, str | None]] = {
 }
 
 Seal = Callable[[list[JSON]], list[JSON]]
+# A stream's events -> the bytes its client reads (``_encode``: Responses SSE; or a dialect's frames).
+Frames = Callable[[list[JSON]], bytes]
 # The server's lean body path (``http_protocol.BodyWriter``): writes one non-final body chunk and
 # says True, or says False and the ASGI ``send`` is used.
 Direct = Callable[[bytes], bool]
@@ -267,7 +270,9 @@ class _Relay:
         "_builder",
         "_busy",
         "_direct",
+        "_frames",
         "_interval",
+        "_keepalive_body",
         "_loop",
         "_mode",
         "_queue",
@@ -289,9 +294,14 @@ class _Relay:
         record: Callable[[list[JSON], JSON | None], None] = _no_record,
         seal: Seal = _identity,
         direct: Direct | None = None,
+        frames: Frames | None = None,
+        keepalive_body: bytes = KEEPALIVE_COMMENT,
     ) -> None:
         self._send = send
         self._direct = direct
+        # Events -> the bytes the client reads: Responses SSE, or another dialect's frames.
+        self._frames: Frames = frames if frames is not None else _encode
+        self._keepalive_body = keepalive_body
         self._builder = builder
         self._record = record
         self._seal = seal
@@ -386,13 +396,13 @@ class _Relay:
         if builder is not None and builder.finished:
             return
         if self._mode == "comment" or builder is None:
-            body = KEEPALIVE_COMMENT
+            body = self._keepalive_body
         else:
             builder.keepalive("ping" if self._mode == "ping" else "in_progress")
             # Events the provider emitted but has not yielded yet go first, keeping sequence order.
             events = builder.take()
             self._record(events, None)
-            body = _encode(self._seal(events))
+            body = self._frames(self._seal(events))
         self.write(body)
         self._timer = self._loop.call_at(now + self._interval, self._fire)
 
@@ -599,6 +609,10 @@ class SSESink(_Relay):
     ``builder.push`` is set to :meth:`push`, which the provider calls from its upstream's I/O callback:
     it takes the events, records them and writes them at once (``_Relay.write``). The terminal events
     never go that way: they are stored before they are sent, which takes an await.
+
+    ``frames`` (default: Responses SSE) turns events into the client's bytes; another dialect's
+    stream (``frontends.DialectStream``) gives its own, and events that make no bytes send nothing
+    (the response head included: the request stays refusable until its first bytes).
     """
 
     __slots__ = ("receive",)
@@ -615,8 +629,19 @@ class SSESink(_Relay):
         keepalive_interval: float,
         seal: Seal = _identity,
         direct: Direct | None = None,
+        frames: Frames | None = None,
+        keepalive_body: bytes = KEEPALIVE_COMMENT,
     ) -> None:
-        super().__init__(send, None, keepalive, keepalive_interval, seal=seal, direct=direct)
+        super().__init__(
+            send,
+            None,
+            keepalive,
+            keepalive_interval,
+            seal=seal,
+            direct=direct,
+            frames=frames,
+            keepalive_body=keepalive_body,
+        )
         self.receive: Receive | None = receive
 
     @property
@@ -637,13 +662,19 @@ class SSESink(_Relay):
         if not events:
             return None
         self._record(events, None)
-        return self.write(_encode(self._seal(events)))
+        body = self._frames(self._seal(events))
+        if not body:
+            return None
+        return self.write(body)
 
     async def deliver(self, events: list[JSON]) -> None:
-        if not self._started:
-            await self.start(_encode(self._seal(events)))
+        body = self._frames(self._seal(events))
+        if not body:
             return
-        await self.send(_encode(self._seal(events)))
+        if not self._started:
+            await self.start(body)
+            return
+        await self.send(body)
 
     def quiet(self) -> None:
         self.stop_timer()
@@ -652,7 +683,7 @@ class SSESink(_Relay):
         # The terminal event goes out in the last body message.
         if not self._started:
             await self._send(self._head())
-        await self.send(_encode(self._seal(events)), more=False)
+        await self.send(self._frames(self._seal(events)), more=False)
 
     async def done(self, error: HTTPError | None) -> None:
         return None
@@ -663,7 +694,7 @@ class SSESink(_Relay):
         with contextlib.suppress(Exception):
             if not self._started:
                 await self._send(self._head())
-            await self.send(_encode(self._seal(tail)), more=False)
+            await self.send(self._frames(self._seal(tail)), more=False)
 
     def close(self) -> None:
         if self._builder is not None:
