@@ -22,10 +22,12 @@ import pytest
 from conftest import Gateway, start_gateway
 from responses_gateway.config import parse_config
 from responses_gateway.providers.scripted import ScriptedProvider
+from responses_gateway.retrieval.chunking import cl100k
 from responses_gateway.retrieval.service import VectorStores
 from responses_gateway.server.registry import registry_from_config
 from responses_gateway.store import open_store
 from serve_process import serving
+from test_chunking import HELLO, MIXED, assert_tiles, expected_count, oracle
 from test_documents import make_pdf
 from test_store_services import fresh_pg_database
 
@@ -409,6 +411,43 @@ def test_static_chunking(gw: Gateway) -> None:
     assert all(h.file_id == file_id for h in hits)
     # Chunks overlap: usage counts the overlapping text twice.
     assert done.usage_bytes > len(words)
+
+
+def test_chunk_sizes_are_openais_tokens(gw: Gateway) -> None:
+    """``max_chunk_size_tokens`` counts OpenAI's tokens (cl100k_base): the content of a file of a
+    known token count comes back in chunks of exactly those sizes."""
+    client = _client(gw)
+    store = client.vector_stores.create(name="tokens")
+    encoding = cl100k().encoding
+
+    def chunks_of(name: str, text: str, strategy: Any) -> list[str]:
+        done = client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id,
+            file=(name, text.encode()),
+            chunking_strategy=strategy,
+            poll_interval_ms=100,
+        )
+        assert done.status == "completed", done.last_error
+        page = client.vector_stores.files.content(done.id, vector_store_id=store.id)
+        return [part.text or "" for part in page]
+
+    # 1,000 tokens (HELLO, test_chunking.py), static 100/0: ten chunks of exactly 100 tokens.
+    static = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}}
+    texts = chunks_of("hello.txt", HELLO, static)
+    assert texts == ["hello" + " hello" * 99] + [" hello" * 100] * 9
+    assert [len(encoding.encode_ordinary(t)) for t in texts] == [100] * 10
+    # 2,000 tokens with the default strategy (auto: 800 overlapping by 400): four chunks of 800.
+    long = "hello" + " hello" * 1999
+    texts = chunks_of("long.txt", long, None)
+    assert [len(encoding.encode_ordinary(t)) for t in texts] == [800] * 4
+    assert texts[1:] == [" hello" * 800] * 3
+    # Multi-byte characters split across tokens: tiktoken's own placement, nothing lost or doubled.
+    mixed = MIXED * 12
+    overlapping = {"type": "static", "static": {"max_chunk_size_tokens": 128, "chunk_overlap_tokens": 32}}
+    texts = chunks_of("mixed.txt", mixed, overlapping)
+    assert texts == oracle(mixed, 128, 32)
+    assert len(texts) == expected_count(len(encoding.encode_ordinary(mixed)), 128, 32)
+    assert_tiles(mixed, texts, 128, 32)
 
 
 # ------------------------------------------------------------------ embeddings

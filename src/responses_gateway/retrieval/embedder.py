@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import re
 import struct
 import threading
 import urllib.error
@@ -65,9 +64,6 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> Embedding:
         """Embed ``texts`` (blocking; call it from a worker thread)."""
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        """The character span of each token of ``text`` (for chunking by tokens)."""
 
     def probe(self) -> int:
         """The dimension, learning it if need be (blocking)."""
@@ -196,11 +192,6 @@ class LocalEmbedder:
     def probe(self) -> int:
         return self.dimensions
 
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        self.load()
-        encoding = self._tokenizer.encode(text, add_special_tokens=False)
-        return [(int(a), int(b)) for a, b in encoding.offsets]
-
     def embed(self, texts: Sequence[str]) -> Embedding:
         """Each text's vector: the mean of its 256-token windows' vectors (most texts have one)."""
         self.load()
@@ -298,14 +289,10 @@ def local_embedder() -> LocalEmbedder:
         return _LOCAL
 
 
-_WORDISH = re.compile(r"\w+|[^\w\s]", re.UNICODE)
-
-
 class RemoteEmbedder:
     """An OpenAI-compatible ``POST {base_url}/embeddings`` upstream (a models-file model whose
     provider is ``openai`` or ``openai-chat``). Its dimension is learnt from its first answer
-    (:meth:`probe`); vectors are renormalised to unit length. It has no tokenizer here: chunks are
-    counted in words and punctuation marks, roughly the tokens of BPE tokenizers."""
+    (:meth:`probe`); vectors are renormalised to unit length."""
 
     batch_size = 64
 
@@ -330,9 +317,6 @@ class RemoteEmbedder:
         if not self.dimensions:
             self.embed(["dimension probe"])
         return self.dimensions
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return [m.span() for m in _WORDISH.finditer(text)]
 
     def embed(self, texts: Sequence[str]) -> Embedding:
         rows: list[Vector] = []

@@ -20,7 +20,7 @@ from .. import documents
 from ..store import NotFound, Store
 from ..store.errors import VectorStoreExpired
 from ..store.vector_stores import VectorStoreTables
-from .chunking import chunk_text
+from .chunking import TokenizerUnavailable, chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
 from .keyword_index import KeywordIndex, query_terms
@@ -295,7 +295,6 @@ class VectorStores:
                 chunks = await asyncio.to_thread(
                     chunk_text,
                     text,
-                    embedder.token_spans,
                     size=int(static["max_chunk_size_tokens"]),
                     overlap=int(static["chunk_overlap_tokens"]),
                 )
@@ -320,7 +319,7 @@ class VectorStores:
                 raise
             except RetrievalError as exc:
                 await tables.fail_file(store_id, file_id, "failed", {"code": exc.code, "message": str(exc)})
-            except EmbedderUnavailable as exc:
+            except (EmbedderUnavailable, TokenizerUnavailable) as exc:
                 await tables.fail_file(
                     store_id, file_id, "failed", {"code": "server_error", "message": str(exc)}
                 )
