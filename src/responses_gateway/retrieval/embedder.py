@@ -193,7 +193,10 @@ class LocalEmbedder:
         return self.dimensions
 
     def embed(self, texts: Sequence[str]) -> Embedding:
-        """Each text's vector: the mean of its 256-token windows' vectors (most texts have one)."""
+        """Each text's vector: the mean of its tokens' vectors over its 256-token windows (most texts
+        have one). A longer text's windows are weighed by their token counts, which is the model's own
+        mean pooling over the whole text with attention within a window; weighing windows equally let
+        a chunk's short last window count as much as a full one (docs/file-search.md, Embedders)."""
         self.load()
         windows: list[list[int]] = []
         owners: list[int] = []
@@ -212,8 +215,9 @@ class LocalEmbedder:
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 pooled[batch] = self._forward([windows[i] for i in batch])
+        sizes = np.fromiter((len(w) for w in windows), dtype=np.float32, count=len(windows))
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        np.add.at(out, np.asarray(owners), pooled)
+        np.add.at(out, np.asarray(owners), pooled * sizes[:, None])
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return Embedding((out / np.maximum(norms, 1e-12)).astype(np.float32), tokens)
 
