@@ -1,10 +1,11 @@
 """The vector stores service: create and attach (ingestion in the background), hybrid search.
 
 Search runs per vector store: BM25 over the chunks' text and nearest vectors to the query's
-embedding, each ``candidates`` deep, merged by reciprocal rank fusion
-(``score = Σ weight / (60 + rank)``, scaled so a chunk first on both lists scores 1). A search over
-several stores (the file_search tool) merges their hits by that score. ``filters`` select files by
-their attributes before either index is read, so a filter never empties a page the index filled.
+embedding, each ``max(4 × max_num_results, 40)`` deep, merged by reciprocal rank fusion
+(``fusion.fuse``: ``score = Σ weight / (60 + rank)``, scaled so a chunk first on both lists
+scores 1). A search over several stores (the file_search tool) merges their hits by that score.
+``filters`` select files by their attributes before either index is read, so a filter never
+empties a page the index filled.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..store.vector_stores import VectorStoreTables
 from .chunking import TokenizerUnavailable, chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
+from .fusion import fuse
 from .keyword_index import KeywordIndex, query_terms
 from .vector_index import Index, open_index
 
@@ -33,7 +35,6 @@ log = logging.getLogger("responses_gateway.retrieval")
 JSON = dict[str, Any]
 FileReader = Callable[[str, str], Awaitable[tuple[JSON, bytes]]]
 
-RRF_K = 60
 MAX_RESULTS = 50
 MAX_CHUNKS_PER_FILE = 20_000
 MAX_QUERY_CHARS = 4096
@@ -373,13 +374,8 @@ class VectorStores:
             await asyncio.gather(text_side, return_exceptions=True)
             raise
         text_ids = await text_side
-        scores: dict[int, float] = {}
-        for weight, ids in ((w_vec, vector_ids), (w_text, text_ids)):
-            for rank, chunk_id in enumerate(ids, start=1):
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (RRF_K + rank)
-        best = (w_vec + w_text) / (RRF_K + 1)
-        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-        ranked = [(cid, s / best) for cid, s in ranked if s / best >= threshold][:max_num_results]
+        fused = fuse([(w_vec, vector_ids), (w_text, text_ids)])
+        ranked = [(cid, s) for cid, s in fused if s >= threshold][:max_num_results]
         chunks = await self.tables.chunks([cid for cid, _ in ranked])
         names = {f[0]: (f[1], f[2]) for f in files}
         hits = []
