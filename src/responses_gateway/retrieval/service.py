@@ -103,6 +103,8 @@ class VectorStores:
         self._keywords: KeywordIndex | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ingest_lock = asyncio.Lock()
+        # Stores searched by this process (their indexes may be held): checked by drop_gone.
+        self._searched: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -132,7 +134,24 @@ class VectorStores:
                     deleted += 1
                 await self._forget(store_id)
             if len(found) < batch:
-                return deleted
+                break
+        await self.drop_gone()
+        return deleted
+
+    async def drop_gone(self, store_ids: Sequence[str] | None = None) -> list[str]:
+        """Drop from this process's indexes the stores (``store_ids``, or every store they hold)
+        that no longer exist: deleted by another gateway instance, whose deletes this one does not
+        see otherwise. The sweep calls it; the ids dropped."""
+        if self._tables is None:
+            return []
+        held = list(self._searched | set(self.index.cached())) if store_ids is None else list(store_ids)
+        if not held:
+            return []
+        existing = await self._tables.existing(held)
+        gone = [store_id for store_id in held if store_id not in existing]
+        for store_id in gone:
+            await self._forget(store_id)
+        return gone
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
@@ -248,6 +267,7 @@ class VectorStores:
             await self._index.forget(store_id)
         if self._keywords is not None:
             self._keywords.forget(store_id)
+        self._searched.discard(store_id)
 
     @property
     def index(self) -> Index:
@@ -342,7 +362,12 @@ class VectorStores:
         ranking_options: JSON | None,
     ) -> list[JSON]:
         """The hits of one vector store, best first."""
-        found = await self.usable(owner, store_id)
+        try:
+            found = await self.usable(owner, store_id)
+        except NotFound:
+            await self.drop_gone([store_id])  # another instance may have deleted it
+            raise
+        self._searched.add(store_id)
         text = query if isinstance(query, str) else " ".join(query)
         weights, threshold = _options(filters, ranking_options)
         embedder = self.embedder(str(found["embedding_model"]))

@@ -2,10 +2,17 @@
 
 - ``memory`` (:class:`VectorIndex`): each store's vectors as one matrix in memory, exact cosine by
   one matrix product. The vectors live in the database with their chunks
-  (``store/vector_stores.py``); a store's matrix is read on its first search and again whenever the
-  store's ``version`` has moved (any instance's write or delete of its chunks bumps it). 1.5 kB of
-  memory per chunk in every process (each worker of ``serve --workers N``), the least recently
-  searched stores dropped past ``max_bytes``.
+  (``store/vector_stores.py``); a store's matrix is read whole on its first search. When the store's
+  ``version`` has moved (any instance's write or delete of its chunks bumps it), the index asks the
+  database which attachments exist now (``VectorStoreTables.vector_changes``: file id and the
+  ``ingested_version`` that wrote its chunks, as the BM25 index does) and reads the vectors of the
+  new ones only: they are appended to the matrix (which keeps a quarter of its rows spare, so an
+  append rarely copies it), and the rows of attachments that are gone are masked, the matrix
+  rewritten without them once they pass a fifth of it. Results are exactly a fresh load's: the
+  product (float32, BLAS) only picks the candidates, which are rescored in float64 row by row, so a
+  row's score does not depend on where it sits in the matrix. About 1.5-1.9 kB of memory per chunk
+  in every process (each worker of ``serve --workers N``), the least recently searched stores
+  dropped past ``max_bytes``; a store found gone (deleted by any instance) is dropped.
 - ``sqlite-vec`` / ``sqlite-vec-bit`` / ``pgvector`` / ``pgvector-exact`` (:class:`DatabaseIndex`):
   the search runs in the database (``store/vector_search.py``), no vectors held in the process.
 
@@ -19,14 +26,14 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..store.vector_search import BACKENDS, VectorSearch, open_search
-from ..store.vector_stores import VectorStoreTables
+from ..store.vector_stores import SegmentKey, VectorStoreTables
 from .blas import one_blas_thread
 
 __all__ = ["AUTO", "CHOICES", "DatabaseIndex", "Index", "VectorIndex", "open_index"]
@@ -41,17 +48,34 @@ CHOICES = ("auto", "memory", *BACKENDS)
 _INLINE_ROWS = 20_000
 
 
-@dataclass
+# Spare rows kept when a matrix is (re)allocated, as a share of its rows: appends write in place.
+_SPARE = 0.25
+# A matrix whose masked rows (detached attachments) pass this share of it is rewritten without them.
+_DEAD_SHARE = 0.2
+
+
+@dataclass(frozen=True)
 class _Matrix:
+    """A store's vectors. ``vectors``, ``ids`` and ``attachments`` have spare rows past ``size``: a
+    catch-up writes new rows there and makes a new ``_Matrix`` over the same arrays, so a search
+    still running on this one (it reads rows below its ``size`` only) is not disturbed."""
+
     version: int
-    ids: npt.NDArray[np.int64]
-    files: npt.NDArray[np.int32]
-    file_codes: dict[str, int]
-    vectors: npt.NDArray[np.float32]
+    keys: frozenset[SegmentKey]  # every attachment read (some may have no chunk)
+    size: int  # rows in use, live or masked
+    vectors: npt.NDArray[np.float32]  # (capacity, dimensions)
+    ids: npt.NDArray[np.int64]  # chunk id per row
+    attachments: npt.NDArray[np.int32]  # attachment code per row
+    codes: dict[SegmentKey, int]  # live attachment -> its code
+    alive: npt.NDArray[np.bool_] | None  # (size,); None: every row is live
+    live: int
+    norm: float  # the largest row norm (an upper bound): the float32 product's error bound
+    next_code: int  # the code the next new attachment gets
 
     @property
     def nbytes(self) -> int:
-        return int(self.vectors.nbytes + self.ids.nbytes + self.files.nbytes)
+        alive = 0 if self.alive is None else self.alive.nbytes
+        return int(self.vectors.nbytes + self.ids.nbytes + self.attachments.nbytes + alive)
 
 
 class Index(Protocol):
@@ -69,6 +93,10 @@ class Index(Protocol):
         file_ids: Sequence[str] | None,
         version: int | None = None,
     ) -> list[int]: ...
+
+    def cached(self) -> list[str]:
+        """The stores this process holds something of (the service drops those found gone)."""
+        ...
 
     async def forget(self, store_id: str) -> None: ...
 
@@ -102,6 +130,9 @@ class DatabaseIndex:
             file_ids=file_ids,
             version=version,
         )
+
+    def cached(self) -> list[str]:
+        return []
 
     async def forget(self, store_id: str) -> None:
         await self._search.forget(store_id)
@@ -153,8 +184,13 @@ class VectorIndex:
             found = self._matrices.get(store_id)
             if found is not None and found.version == await self._tables.version(store_id):
                 return found
-            version, rows = await self._tables.load_vectors(store_id)
-            matrix = await asyncio.to_thread(_build, version, rows, dimensions)
+            known = frozenset() if found is None else found.keys
+            version, listed, rows = await self._tables.vector_changes(store_id, known)
+            if version < 0:  # the store is gone (deleted by this instance or another)
+                self._matrices.pop(store_id, None)
+                self._locks.pop(store_id, None)
+                return _empty(dimensions)
+            matrix = await asyncio.to_thread(_caught_up, found, version, listed, rows, dimensions)
             self._matrices[store_id] = matrix
             self._matrices.move_to_end(store_id)
             total = sum(m.nbytes for m in self._matrices.values())
@@ -178,10 +214,28 @@ class VectorIndex:
         ``version``: the store's version as the caller read it at the start of its search. Then a
         cached matrix of that version is used without asking the database: on SQLite the database
         is one connection, where the check would wait behind the search's BM25 query."""
+        return [
+            chunk
+            for chunk, _ in await self.scored(
+                store_id, query, dimensions=dimensions, limit=limit, file_ids=file_ids, version=version
+            )
+        ]
+
+    async def scored(
+        self,
+        store_id: str,
+        query: npt.NDArray[np.float32],
+        *,
+        dimensions: int,
+        limit: int,
+        file_ids: Sequence[str] | None = None,
+        version: int | None = None,
+    ) -> list[tuple[int, float]]:
+        """``search``'s chunk ids with their scores (the dot product, computed in float64)."""
         matrix = await self._matrix(store_id, dimensions, version)
-        if not len(matrix.ids):
+        if not matrix.live:
             return []
-        if len(matrix.ids) > _INLINE_ROWS:
+        if matrix.size > _INLINE_ROWS:
             return await asyncio.to_thread(_nearest, matrix, query, limit, file_ids)
         return _nearest(matrix, query, limit, file_ids)
 
@@ -189,6 +243,14 @@ class VectorIndex:
     def nbytes(self) -> int:
         """The memory the matrices held now take (every process holds its own)."""
         return sum(m.nbytes for m in self._matrices.values())
+
+    def stats(self, store_id: str) -> tuple[int, int, int] | None:
+        """(live rows, rows in use, capacity) of a store's matrix, or None when it is not loaded."""
+        found = self._matrices.get(store_id)
+        return None if found is None else (found.live, found.size, len(found.ids))
+
+    def cached(self) -> list[str]:
+        return list(self._matrices)
 
     async def prepare(self, store_id: str, dimensions: int) -> None:
         """Nothing: a matrix is read on the search that needs it (in whichever process serves it)."""
@@ -198,26 +260,130 @@ class VectorIndex:
         self._locks.pop(store_id, None)
 
 
-def _build(version: int, rows: list[tuple[int, str, bytes]], dimensions: int) -> _Matrix:
-    codes: dict[str, int] = {}
-    files = np.fromiter((codes.setdefault(r[1], len(codes)) for r in rows), dtype=np.int32, count=len(rows))
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), dimensions)
-    return _Matrix(version, ids, files, codes, vectors.astype(np.float32, copy=False))
+def _empty(dimensions: int) -> _Matrix:
+    return _Matrix(
+        -1,
+        frozenset(),
+        0,
+        np.zeros((0, dimensions), dtype=np.float32),
+        np.zeros(0, dtype=np.int64),
+        np.zeros(0, dtype=np.int32),
+        {},
+        None,
+        0,
+        0.0,
+        0,
+    )
+
+
+def _caught_up(
+    found: _Matrix | None,
+    version: int,
+    listed: list[SegmentKey],
+    rows: list[tuple[SegmentKey, int, bytes]],
+    dimensions: int,
+) -> _Matrix:
+    """``found`` (None: nothing yet) with the rows of attachments no longer ``listed`` masked (or
+    dropped) and the new ``rows`` (attachment, chunk id, vector bytes) appended."""
+    matrix = _empty(dimensions) if found is None else found
+    now = frozenset(listed)
+    removed = matrix.keys - now
+    codes = {key: code for key, code in matrix.codes.items() if key not in removed}
+    alive = matrix.alive
+    live = matrix.live
+    if removed:
+        gone = np.array([matrix.codes[k] for k in removed if k in matrix.codes], dtype=np.int32)
+        masked = np.isin(matrix.attachments[: matrix.size], gone)
+        if masked.any():
+            alive = ~masked if alive is None else alive & ~masked
+            live = int(np.count_nonzero(alive))
+    rows = [row for row in rows if row[0] not in matrix.keys]
+    keys = (matrix.keys - removed) | now | {row[0] for row in rows}
+    new = len(rows)
+    size, vectors, ids, attachments = matrix.size, matrix.vectors, matrix.ids, matrix.attachments
+    dead = size - live
+    if dead > _DEAD_SHARE * size or size + new > len(ids):
+        # Rewritten: without the masked rows, with spare rows for later appends.
+        keep = np.flatnonzero(alive) if alive is not None else np.arange(size)
+        capacity = len(keep) + new + int(_SPARE * (len(keep) + new))
+        vectors = _grown(vectors[keep], capacity)
+        ids = _grown(ids[keep], capacity)
+        attachments = _grown(attachments[keep], capacity)
+        size, alive = len(keep), None
+    norm, next_code = matrix.norm, matrix.next_code
+    if new:
+        # A new attachment's code: past every code given so far (masked rows keep theirs).
+        next_code = matrix.next_code
+        for key, _, _ in rows:
+            if key not in codes:
+                codes[key] = next_code
+                next_code += 1
+        block = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(new, dimensions)
+        vectors[size : size + new] = block
+        ids[size : size + new] = np.fromiter((r[1] for r in rows), dtype=np.int64, count=new)
+        attachments[size : size + new] = np.fromiter((codes[r[0]] for r in rows), dtype=np.int32, count=new)
+        norm = max(norm, float(np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64).max())))
+        if alive is not None:
+            alive = np.concatenate([alive, np.ones(new, dtype=bool)])
+        size += new
+        live += new
+    return replace(
+        matrix,
+        version=version,
+        keys=frozenset(keys),
+        size=size,
+        vectors=vectors,
+        ids=ids,
+        attachments=attachments,
+        codes=codes,
+        alive=alive,
+        live=live,
+        norm=norm,
+        next_code=next_code,
+    )
+
+
+_T = TypeVar("_T", bound=np.generic)
+
+
+def _grown(array: npt.NDArray[_T], capacity: int) -> npt.NDArray[_T]:
+    """A new array of ``capacity`` rows starting with ``array``'s."""
+    out = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
+    out[: len(array)] = array
+    return out
 
 
 def _nearest(
     matrix: _Matrix, query: npt.NDArray[np.float32], limit: int, file_ids: Sequence[str] | None
-) -> list[int]:
+) -> list[tuple[int, float]]:
+    """The ``limit`` best rows by (float64 score, chunk id). The float32 product picks every row
+    that can be among them (its error is bounded: |float32 dot - dot| <= n * 2^-24 * |q| * |row| for
+    n dimensions), those are rescored in float64 and ranked: the result does not depend on a row's
+    position in the matrix, so a matrix built in pieces answers as one loaded at once."""
+    size = matrix.size
+    q = query.astype(np.float32, copy=False)
     with one_blas_thread:
-        scores = matrix.vectors @ query.astype(np.float32, copy=False)
+        scores = matrix.vectors[:size] @ q
+    if matrix.alive is not None:
+        scores[~matrix.alive] = -np.inf
     if file_ids is not None:
-        wanted = np.array([matrix.file_codes[f] for f in file_ids if f in matrix.file_codes], dtype=np.int32)
-        scores = np.where(np.isin(matrix.files, wanted), scores, -np.inf)
-    count = min(limit, int(np.isfinite(scores).sum()))
+        names = set(file_ids)
+        wanted = np.array([c for k, c in matrix.codes.items() if k[0] in names], dtype=np.int32)
+        scores = np.where(np.isin(matrix.attachments[:size], wanted), scores, -np.inf)
+    finite = int(np.count_nonzero(np.isfinite(scores)))
+    count = min(limit, finite)
     if count <= 0:
         return []
-    top = np.argpartition(-scores, count - 1)[:count] if count < len(scores) else np.arange(len(scores))
+    dimensions = q.shape[0]
+    # Twice the bound on one score's error (BLAS's blocking and FMA stay within it), for each side.
+    error = 2.0 * (dimensions + 2) * 2.0**-24 * float(np.linalg.norm(q.astype(np.float64))) * matrix.norm
+    if count < finite:
+        cut = float(-np.partition(-scores, count - 1)[count - 1])
+        candidates = np.flatnonzero(scores >= np.float32(cut - 2 * error))
+    else:
+        candidates = np.flatnonzero(np.isfinite(scores))
+    exact = (matrix.vectors[candidates].astype(np.float64) * q.astype(np.float64)).sum(axis=1)
+    ids = matrix.ids[candidates]
     # Best first, ties by chunk id (the same order on every back end).
-    order = sorted(top.tolist(), key=lambda i: (-float(scores[i]), int(matrix.ids[i])))
-    return [int(matrix.ids[i]) for i in order[:count]]
+    order = np.lexsort((ids, -exact))[:count]
+    return [(int(ids[i]), float(exact[i])) for i in order.tolist()]

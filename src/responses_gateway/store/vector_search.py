@@ -37,7 +37,10 @@ from .db import Database, Tx
 __all__ = [
     "BACKENDS",
     "EXACT_BELOW",
+    "ITERATIVE",
+    "PGVECTOR_PREFIX",
     "RESCORE",
+    "Iterative",
     "PgvectorSearch",
     "SqliteVecSearch",
     "VectorSearch",
@@ -46,6 +49,10 @@ __all__ = [
 
 log = logging.getLogger("responses_gateway.store")
 
+# PostgreSQL: pgvector's search tables are this prefix and the dimension. Their rows of a store or
+# file are deleted with its chunks by ``VectorStoreTables`` whatever back end the deleting instance
+# runs (so a store deleted by a ``memory`` instance leaves none behind).
+PGVECTOR_PREFIX = "rg_vs_vec_pg_"
 # PostgreSQL: a store under this many chunks is scanned exactly.
 EXACT_BELOW = 10_000
 # PostgreSQL: HNSW's candidate list (bench/file_search.py, docs/file-search.md: at 100k chunks of
@@ -57,6 +64,10 @@ HNSW_MAX_DIMENSIONS = 2000
 RESCORE = 8
 
 Quantization = Literal["float32", "bit"]
+# PostgreSQL: pgvector's ``hnsw.iterative_scan`` for large stores (``off``: one pass of ef_search).
+Iterative = Literal["strict_order", "relaxed_order", "off"]
+ITERATIVE: Iterative = "strict_order"
+_ITERATIVE_MODES = {"strict_order": "strict_order", "relaxed_order": "relaxed_order", "off": "off"}
 
 
 class VectorSearch(ABC):
@@ -244,14 +255,25 @@ class PgvectorSearch(VectorSearch):
     """pgvector's ``vector`` type, HNSW (cosine) for large stores, exact scans for the rest."""
 
     name = "pgvector"
-    prefix = "rg_vs_vec_pg_"
+    prefix = PGVECTOR_PREFIX
 
     def __init__(
-        self, db: Database, *, hnsw: bool = True, ef_search: int = EF_SEARCH, exact_below: int = EXACT_BELOW
+        self,
+        db: Database,
+        *,
+        hnsw: bool = True,
+        ef_search: int = EF_SEARCH,
+        exact_below: int = EXACT_BELOW,
+        iterative: Iterative = ITERATIVE,
+        max_scan_tuples: int | None = None,
     ) -> None:
         super().__init__(db)
         self.hnsw = hnsw
         self.exact_below = exact_below
+        self.iterative = iterative
+        self.max_scan_tuples = max_scan_tuples
+        # How many HNSW answers came back short and were replaced by the exact scan (the benchmark).
+        self.exact_fallbacks = 0
         self.name = "pgvector" if hnsw else "pgvector-exact"
         self.ef_search = ef_search
         self._rows: dict[tuple[str, str], int] = {}
@@ -317,7 +339,9 @@ class PgvectorSearch(VectorSearch):
         indexed = int(table[len(self.prefix) :]) <= HNSW_MAX_DIMENSIONS
         if self.hnsw and indexed and rows_in_store >= self.exact_below:
             await tx.execute(f"SET LOCAL hnsw.ef_search = {max(int(self.ef_search), int(limit))}")
-            await tx.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            await tx.execute(f"SET LOCAL hnsw.iterative_scan = {_ITERATIVE_MODES[self.iterative]}")
+            if self.max_scan_tuples is not None:
+                await tx.execute(f"SET LOCAL hnsw.max_scan_tuples = {int(self.max_scan_tuples)}")
             found = await tx.fetch(
                 f"SELECT chunk_id, embedding <=> ?::real[]::vector AS d FROM {table} "
                 f"WHERE vector_store_id = ?{files} ORDER BY d LIMIT ?",
@@ -331,6 +355,7 @@ class PgvectorSearch(VectorSearch):
             # below answers instead (over few rows, in that case).
             if len(found) >= min(limit, rows_in_store):
                 return [int(r[0]) for r in sorted(found, key=lambda r: (float(r[1]), int(r[0])))]
+            self.exact_fallbacks += 1
         # ``+ 0``: the ordering no longer matches the HNSW index, so the planner scans the store's
         # rows (through the b-tree) and sorts them exactly.
         rows = await tx.fetch(

@@ -19,6 +19,7 @@ import orjson
 from .db import Database, Tx
 from .errors import FileBatchNotFound, VectorStoreExpired, VectorStoreFileNotFound, VectorStoreNotFound
 from .rows import JSON, check_page_args, page
+from .vector_search import PGVECTOR_PREFIX
 
 __all__ = ["FILE_STATUSES", "ChunkRow", "SegmentKey", "VectorStoreTables"]
 
@@ -261,6 +262,8 @@ class VectorStoreTables:
 
     async def _delete_everything(self, tx: Tx, store_id: str) -> None:
         await self._delete_chunks(tx, store_id, None)
+        if self.db.dialect == "postgresql":  # (on SQLite the sqlite-vec instance's forget reads them)
+            await tx.execute("DELETE FROM rg_vs_vec_sync WHERE vector_store_id = ?", store_id)
         await tx.execute("DELETE FROM rg_vector_store_files WHERE vector_store_id = ?", store_id)
         await tx.execute("DELETE FROM rg_vector_store_batches WHERE vector_store_id = ?", store_id)
         await tx.execute("DELETE FROM rg_vector_stores WHERE id = ?", store_id)
@@ -514,6 +517,8 @@ class VectorStoreTables:
         return True
 
     async def _delete_chunks(self, tx: Tx, store_id: str, file_id: str | None) -> None:
+        if self.db.dialect == "postgresql":
+            await self._delete_pgvector_rows(tx, store_id, file_id)
         where, args = "vector_store_id = ?", [store_id]
         if file_id is not None:
             where += " AND file_id = ?"
@@ -526,6 +531,29 @@ class VectorStoreTables:
             )
         if await tx.execute(f"DELETE FROM rg_vs_chunks WHERE {where}", *args):
             await tx.execute("UPDATE rg_vector_stores SET version = version + 1 WHERE id = ?", store_id)
+
+    @staticmethod
+    async def _delete_pgvector_rows(tx: Tx, store_id: str, file_id: str | None) -> None:
+        """The rows of the store (or of one of its files) in pgvector's search tables
+        (``store/vector_search.py``), deleted with the chunks whatever vector back end this instance
+        runs: ``rg_vs_vec_sync`` names the tables holding the store's rows. Under the lock a sync of
+        the same table and store takes, so a sync running now cannot write them back."""
+        rows = await tx.fetch(
+            "SELECT search_table FROM rg_vs_vec_sync WHERE vector_store_id = ? "
+            "AND to_regclass(search_table) IS NOT NULL ORDER BY search_table",
+            store_id,
+        )
+        for (name,) in rows:
+            table = str(name)
+            if not (table.startswith(PGVECTOR_PREFIX) and table[len(PGVECTOR_PREFIX) :].isdigit()):
+                continue
+            await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", f"{table}/{store_id}")
+            if file_id is None:
+                await tx.execute(f"DELETE FROM {table} WHERE vector_store_id = ?", store_id)
+            else:
+                await tx.execute(
+                    f"DELETE FROM {table} WHERE vector_store_id = ? AND file_id = ?", store_id, file_id
+                )
 
     # ------------------------------------------------------------------ batches
     async def create_batch(self, owner: str, store_id: str, batch_id: str, created_at: int) -> None:
@@ -690,6 +718,57 @@ class VectorStoreTables:
                 found.sort(key=lambda r: int(r[0]))
         rows = [((str(r[1]), int(r[3])), int(r[0]), str(r[2])) for r in found]
         return (-1 if row is None else int(row[0])), keys, rows
+
+    async def vector_changes(
+        self, store_id: str, known: Set[SegmentKey]
+    ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, bytes]]]:
+        """What the in-memory vector index needs to catch up (``text_changes``' twin): the store's
+        version (-1: the store is gone), the key of every completed attachment, and the chunks
+        (key, id, vector bytes) of the listed attachments not in ``known``, ordered by id.
+
+        The version is read first: on PostgreSQL each statement sees the commits made before it, so
+        a write landing between the statements has moved the version past the one returned, and the
+        next search catches up again. Rows are kept only for the keys listed, so what is returned
+        never names an attachment the list does not."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
+            if row is None:
+                return -1, [], []
+            files = await tx.fetch(
+                "SELECT file_id, COALESCE(ingested_version, -1) FROM rg_vector_store_files "
+                "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
+                store_id,
+            )
+            keys = [(str(f[0]), int(f[1])) for f in files]
+            wanted = {key for key in keys if key not in known}
+            query = (
+                "SELECT c.id, c.file_id, c.embedding, COALESCE(f.ingested_version, -1) FROM rg_vs_chunks c "
+                "JOIN rg_vector_store_files f ON f.vector_store_id = c.vector_store_id "
+                "AND f.file_id = c.file_id WHERE c.vector_store_id = ?"
+            )
+            found: list[Any] = []
+            if wanted and len(wanted) == len(keys):
+                found = list(await tx.fetch(query + " ORDER BY c.id", store_id))
+            elif wanted:
+                names = sorted(key[0] for key in wanted)
+                for start in range(0, len(names), 500):
+                    part = names[start : start + 500]
+                    marks = ", ".join("?" * len(part))
+                    found += await tx.fetch(query + f" AND c.file_id IN ({marks})", store_id, *part)
+                found.sort(key=lambda r: int(r[0]))
+        rows = [((str(r[1]), int(r[3])), int(r[0]), bytes(r[2])) for r in found]
+        return int(row[0]), keys, [r for r in rows if r[0] in wanted]
+
+    async def existing(self, store_ids: Sequence[str]) -> set[str]:
+        """Which of ``store_ids`` are stores now (whatever their owner)."""
+        found: set[str] = set()
+        async with self.db.transaction() as tx:
+            for start in range(0, len(store_ids), 500):
+                part = list(store_ids[start : start + 500])
+                marks = ", ".join("?" * len(part))
+                rows = await tx.fetch(f"SELECT id FROM rg_vector_stores WHERE id IN ({marks})", *part)
+                found.update(str(r[0]) for r in rows)
+        return found
 
     async def chunks(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         if not ids:
