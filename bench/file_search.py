@@ -18,7 +18,9 @@ down before any result of it was seen).
 Latency: stores of 10k and 100k chunks (the corpus's chunks repeated; each copy's vector is the
 original's plus a little noise, renormalised, so neighbours stay realistic) searched with the
 questions in turn; then one more file of 100 chunks is attached and the first search after it
-timed (BM25 alone, and the whole search after another such file). Reported per search: p50 and p99
+timed (BM25 alone, the whole search after another such file, the vector side alone after a third),
+then the whole search after one of them is detached, and p50 / p99 of the vector side and of the
+whole search once the store has taken those writes. Reported per search: p50 and p99
 of the whole ``search`` call (hybrid, the
 query's embedding included), of the query's embedding alone, and of each index alone: BM25 in memory
 (``retrieval/keyword_index.py``, what search uses), BM25 by SQLite FTS5
@@ -27,7 +29,7 @@ query's embedding included), of the query's embedding alone, and of each index a
 index's memory per chunk.
 
     .venv/bin/python bench/file_search.py [--sizes 10000,100000] [--searches 200] [--quick] [--keep]
-        [--json FILE] [--chunking 250,50]
+        [--no-recall] [--json FILE] [--chunking 250,50]
 
 ``--quick`` (the smoke test): 6 topics, a 1,000-chunk store, 10 searches.
 """
@@ -296,7 +298,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # Every question, and the held-out half (odd positions): the fusion's settings were chosen on
         # the even positions only (docs/file-search.md, Measured).
         recall: dict[str, dict[str, float]] = {}
-        for side, options in SIDES.items():
+        for side, options in () if args.no_recall else SIDES.items():
             right = []
             for name, title, _ in docs:
                 hits = await service.search(
@@ -315,7 +317,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         result["recall_at_5"] = recall
         # The other labelled sets (never used to choose anything), each in a store of its own.
-        for key, label, other_docs, other_questions in others:
+        for key, label, other_docs, other_questions in () if args.no_recall else others:
             vs2 = (await service.create(OWNER, {"name": key, "chunking_strategy": None}))["id"]
             for name, _ in other_docs:
                 await service.attach(OWNER, vs2, name, attributes={}, chunking=CHUNKING)
@@ -404,6 +406,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         OWNER, big, questions[1], max_num_results=10, filters=None, ranking_options=None
                     )
                 row[f"after_write_{part}_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+            # The vector side alone after a third file (the in-memory index catches up: reads that
+            # file's vectors, or before issue 14's incremental vector index, the whole store's), then
+            # the whole search after a detach (the file's rows masked, or everything reloaded).
+            idx = np.arange(100) % chunks
+            await write_file(
+                service, big, "extra-vectors", [texts[i] for i in idx], [vectors[i].tobytes() for i in idx]
+            )
+            query_vector = (await asyncio.to_thread(embedder.embed, [questions[2]])).vectors[0]
+            t0 = time.perf_counter()
+            await service.index.search(big, query_vector, dimensions=384, limit=40, file_ids=None)
+            row["after_write_vectors_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+            await service.tables.delete_file(OWNER, big, "extra-bm25")
+            t0 = time.perf_counter()
+            await service.search(
+                OWNER, big, questions[3], max_num_results=10, filters=None, ranking_options=None
+            )
+            row["after_detach_search_ms"] = round((time.perf_counter() - t0) * 1000, 1)
             t0 = time.perf_counter()
             idle = getattr(service.keywords, "idle", None)  # absent before the incremental index
             if idle is not None:
@@ -418,6 +437,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 again.append((time.perf_counter() - t0) * 1000)
             row["bm25_after_writes_ms_p50"] = round(statistics.median(again), 2)
             row["bm25_after_writes_ms_p99"] = round(percentile(again, 99), 2)
+            # The vector side and the whole search once the store has taken those writes.
+            after: dict[str, list[float]] = {"vectors": [], "search": []}
+            for i in range(args.searches):
+                question = questions[i % len(questions)]
+                query_vector = (await asyncio.to_thread(embedder.embed, [question])).vectors[0]
+                t0 = time.perf_counter()
+                await service.index.search(big, query_vector, dimensions=384, limit=40, file_ids=None)
+                after["vectors"].append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                await service.search(
+                    OWNER, big, question, max_num_results=10, filters=None, ranking_options=None
+                )
+                after["search"].append((time.perf_counter() - t0) * 1000)
+            for part, values in after.items():
+                row[f"{part}_after_writes_ms_p50"] = round(statistics.median(values), 2)
+                row[f"{part}_after_writes_ms_p99"] = round(percentile(values, 99), 2)
             result["latency"][str(size)] = row
             print(
                 f"{size:>7} chunks: search p50 {row['search_ms_p50']} ms, p99 {row['search_ms_p99']} ms; "
@@ -429,6 +464,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"after one more file: first BM25 {row['after_write_bm25_ms']} ms, first search "
                 f"{row['after_write_search_ms']} ms, background {row['bm25_background_s']} s, then BM25 p50 "
                 f"{row['bm25_after_writes_ms_p50']} / p99 {row['bm25_after_writes_ms_p99']} ms; "
+                f"first vector search after a third file {row['after_write_vectors_ms']} ms, first "
+                f"search after a detach {row['after_detach_search_ms']} ms; after the writes: vectors "
+                f"p50 {row['vectors_after_writes_ms_p50']} / p99 {row['vectors_after_writes_ms_p99']} ms, "
+                f"search p50 {row['search_after_writes_ms_p50']} / "
+                f"p99 {row['search_after_writes_ms_p99']} ms; "
                 f"load average {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
@@ -445,6 +485,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-recall", action="store_true", help="latency only: skip the recall@5 sets")
     parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
     parser.add_argument("--json")
     parser.add_argument(

@@ -17,6 +17,14 @@ space its search table takes.
         [--keep] [--postgres URL] [--backends memory,sqlite-vec,...] [--json FILE]
 
 ``--quick`` (the smoke test): 6 topics, a 1,000-chunk store, 10 searches.
+
+``--pg-variants`` (with ``--postgres URL``): instead, pgvector's search settings side by side on the
+same table (``store/vector_search.py``: ``hnsw.iterative_scan`` strict / relaxed / off, ``ef_search``,
+the exact scan), for every store size, each store searched with no filter and with a filter keeping
+a tenth of its files; recall@5 and recall@40 (the depth hybrid search reads) against the exact
+answer, the vector side's p50 / p99, and how many HNSW answers came back short (replaced by the
+exact scan). The stores are written first (all sizes in one table: a 10k store is then a small part
+of it, the case iterative scans are for), ``--rounds`` times through every variant.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -34,8 +43,9 @@ from typing import Any
 import numpy as np
 
 from file_search import OWNER, big_store, corpus, corpus_info, ingest, machine, open_service, percentile
-from responses_gateway.retrieval.vector_index import VectorIndex
+from responses_gateway.retrieval.vector_index import DatabaseIndex, VectorIndex
 from responses_gateway.store import Store, open_store
+from responses_gateway.store.vector_search import PgvectorSearch
 
 BACKENDS = {
     "sqlite": ("memory", "sqlite-vec", "sqlite-vec-bit"),
@@ -180,6 +190,107 @@ async def _measure(
         await service.aclose()
 
 
+# pgvector settings measured by --pg-variants: PgvectorSearch's keyword arguments.
+PG_VARIANTS: dict[str, dict[str, Any]] = {
+    "exact scan": {"hnsw": False},
+    "HNSW one pass (iterative off), ef 400": {"iterative": "off", "ef_search": 400, "exact_below": 0},
+    "strict, ef 100": {"iterative": "strict_order", "ef_search": 100, "exact_below": 0},
+    "strict, ef 400": {"iterative": "strict_order", "ef_search": 400, "exact_below": 0},
+    "strict, ef 1000": {"iterative": "strict_order", "ef_search": 1000, "exact_below": 0},
+    "relaxed, ef 100": {"iterative": "relaxed_order", "ef_search": 100, "exact_below": 0},
+    "relaxed, ef 400": {"iterative": "relaxed_order", "ef_search": 400, "exact_below": 0},
+    "relaxed, ef 1000": {"iterative": "relaxed_order", "ef_search": 1000, "exact_below": 0},
+}
+
+
+async def run_variants(args: argparse.Namespace) -> dict[str, Any]:
+    """pgvector's settings side by side (``--pg-variants``, see the module doc)."""
+    tmp = Path(tempfile.mkdtemp(prefix="rg-bench-vb-"))
+    store: Store = await open_store(f"sqlite://{tmp}/gateway.db")
+    docs = corpus(6 if args.quick else None)
+    blobs = {name: body.encode() for name, _, body in docs}
+    service = open_service(store, blobs, vector_index="memory")
+    await service.start()
+    result: dict[str, Any] = {"machine": machine(), "corpus": corpus_info(docs, blobs), "variants": {}}
+    pg = await open_store(args.postgres)
+    try:
+        embedder = service.embedder("all-MiniLM-L6-v2")
+        _, rows, _ = await ingest(service, docs)
+        texts = [r[1] for r in rows]
+        vectors = np.stack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
+        questions = [title for _, title, _ in docs]
+        query_vectors = (await asyncio.to_thread(embedder.embed, questions)).vectors
+        sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
+        stores: dict[int, str] = {}
+        for size in sizes:
+            stores[size], load = await _big_store(pg, blobs, size, texts, vectors)
+            filler = PgvectorSearch(pg.db)
+            t0 = time.perf_counter()
+            await filler.sync(stores[size], 384)
+            print(
+                f"{size} chunks written in {load:.1f} s, pgvector table filled in "
+                f"{time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
+        tables = service.tables.__class__(pg.db)
+        for size, big in stores.items():
+            _, stored = await tables.load_vectors(big)
+            ids = np.array([r[0] for r in stored], dtype=np.int64)
+            files = np.array([r[1] for r in stored])
+            matrix = np.frombuffer(b"".join(r[2] for r in stored), dtype="<f4").reshape(len(stored), -1)
+            del stored
+            names = sorted(set(files.tolist()))
+            kept = names[::10]
+            mask = np.isin(files, kept)
+            for round_ in range(args.rounds):
+                for label, options in PG_VARIANTS.items():
+                    for filtered in (False, True):
+                        search = PgvectorSearch(pg.db, **options)
+                        index = DatabaseIndex(search)
+                        await index.search(big, query_vectors[0], dimensions=384, limit=40, file_ids=None)
+                        times: list[float] = []
+                        at5 = at40 = 0
+                        for i in range(args.searches):
+                            vector = query_vectors[i % len(questions)]
+                            t0 = time.perf_counter()
+                            got = await index.search(
+                                big, vector, dimensions=384, limit=40, file_ids=kept if filtered else None
+                            )
+                            times.append((time.perf_counter() - t0) * 1000)
+                            scores = matrix @ vector
+                            if filtered:
+                                scores = np.where(mask, scores, -np.inf)
+                            order = np.lexsort((ids, -scores))
+                            at5 += len(set(ids[order[:5]].tolist()) & set(got[:5]))
+                            at40 += len(set(ids[order[:40]].tolist()) & set(got[:40]))
+                        row = {
+                            "chunks": size,
+                            "filtered": filtered,
+                            "round": round_ + 1,
+                            "recall_at_5": round(at5 / (5 * args.searches), 3),
+                            "recall_at_40": round(at40 / (40 * args.searches), 3),
+                            "vector_ms_p50": round(statistics.median(times), 2),
+                            "vector_ms_p99": round(percentile(times, 99), 2),
+                            "exact_fallbacks": search.exact_fallbacks,
+                        }
+                        key = f"{size}/{label}/{'filtered' if filtered else 'all'}/{round_ + 1}"
+                        result["variants"][key] = row
+                        print(
+                            f"{size:>7} {label:40s} {'tenth of files' if filtered else 'whole store':14s} "
+                            f"round {round_ + 1}: recall@5 {row['recall_at_5']:.3f} @40 "
+                            f"{row['recall_at_40']:.3f} | p50 {row['vector_ms_p50']:7.2f} p99 "
+                            f"{row['vector_ms_p99']:7.2f} ms | short {search.exact_fallbacks} | load "
+                            f"{os.getloadavg()[0]:.1f}",
+                            flush=True,
+                        )
+    finally:
+        await pg.close()
+        await service.aclose()
+        await store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -190,11 +301,15 @@ def main() -> None:
         "--postgres", help="also measure on this PostgreSQL database (its tables are written)"
     )
     parser.add_argument("--backends", help="only these vector back ends (comma-separated)")
+    parser.add_argument("--pg-variants", action="store_true", help="pgvector's settings side by side")
+    parser.add_argument("--rounds", type=int, default=1, help="--pg-variants: passes over the variants")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.quick:
         args.searches = 10
-    result = asyncio.run(run(args))
+    if args.pg_variants and not args.postgres:
+        parser.error("--pg-variants needs --postgres URL")
+    result = asyncio.run(run_variants(args) if args.pg_variants else run(args))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 
