@@ -55,9 +55,12 @@ log = logging.getLogger("responses_gateway.store")
 PGVECTOR_PREFIX = "rg_vs_vec_pg_"
 # PostgreSQL: a store under this many chunks is scanned exactly.
 EXACT_BELOW = 10_000
-# PostgreSQL: HNSW's candidate list (bench/file_search.py, docs/file-search.md: at 100k chunks of
-# near-duplicates, recall@5 against exact 0.65 at 100, 0.88 at 400, 0.94 at 1000; 2-9 ms p50).
-EF_SEARCH = 400
+# PostgreSQL: HNSW's candidate list (bench/vector_backends.py --pg-variants, docs/file-search.md:
+# stores of 10k and 100k near-duplicate chunks in one table, strict iterative scan, recall@5 against
+# exact 0.80 at 100, 0.86-0.87 at 400, 0.95 at 1000, and 0.99-1.00 at 1000 with a filter keeping a
+# tenth of the files (0.86 at 400), for about 20% more time than 400 at 100k; the exact scan took
+# 3-4 times as long as 1000 at 100k chunks).
+EF_SEARCH = 1000
 # pgvector indexes ``vector`` columns of at most this many dimensions; larger ones are scanned exactly.
 HNSW_MAX_DIMENSIONS = 2000
 # SQLite ``bit``: how many times the wanted number of candidates the binary KNN returns for rescoring.
