@@ -23,10 +23,12 @@ then the whole search after one of them is detached, and p50 / p99 of the vector
 whole search once the store has taken those writes. Reported per search: p50 and p99
 of the whole ``search`` call (hybrid, the
 query's embedding included), of the query's embedding alone, and of each index alone: BM25 in memory
-(``retrieval/keyword_index.py``, what search uses), BM25 by SQLite FTS5
-(``VectorStoreTables.text_search``, what search used before, for comparison) and the vector product
-(the query embedded beforehand). Also the first search's time (both indexes built) and the BM25
-index's memory per chunk.
+(``retrieval/keyword_index.py``, what search uses), BM25 by SQLite FTS5 (what search used before,
+for comparison: the benchmark builds its own FTS5 table over the store's chunks, as the gateway
+did before migration 11) and the vector product (the query embedded beforehand). Also the first
+search's time (both indexes built), the first BM25 search of a fresh index (a new process: the
+stored postings loaded, or the texts tokenized where there are none), the store's write rate, the
+BM25 index's memory per chunk, and the disk per chunk of the stored postings and of the FTS5 table.
 
     .venv/bin/python bench/file_search.py [--sizes 10000,100000] [--searches 200] [--quick] [--keep]
         [--no-recall [--corpus-cache FILE.npz]] [--json FILE] [--chunking 250,50]
@@ -54,8 +56,9 @@ from typing import Any
 
 import numpy as np
 
+from responses_gateway.retrieval import keyword_index
 from responses_gateway.retrieval.chunking import chunk_text
-from responses_gateway.retrieval.keyword_index import query_terms
+from responses_gateway.retrieval.keyword_index import KeywordIndex, query_terms
 from responses_gateway.retrieval.service import VectorStores
 from responses_gateway.store import Store, open_store
 
@@ -195,7 +198,66 @@ async def write_file(
     await service.tables.add_file(
         OWNER, store_id, file_id, filename=file_id, created_at=0, attributes={}, chunking_strategy=CHUNKING
     )
-    await service.tables.complete_file(store_id, file_id, texts, vectors, usage_bytes=0)
+    encode = getattr(keyword_index, "postings", None)  # absent before the stored postings
+    if encode is None:
+        await service.tables.complete_file(store_id, file_id, texts, vectors, usage_bytes=0)
+    else:
+        keywords = (keyword_index.TOKENIZER, await asyncio.to_thread(encode, texts))
+        await service.tables.complete_file(
+            store_id, file_id, texts, vectors, usage_bytes=0, postings=keywords
+        )
+
+
+async def pages(store: Store) -> int:
+    """The SQLite file's size in bytes (its pages)."""
+    async with store.db.transaction() as tx:
+        count = await tx.fetchone("PRAGMA page_count")
+        size = await tx.fetchone("PRAGMA page_size")
+    assert count is not None and size is not None
+    return int(count[0]) * int(size[0])
+
+
+async def fts_table(store: Store, store_id: str, name: str) -> int:
+    """An FTS5 table of the store's chunks as the gateway kept one before migration 11 (external
+    content over ``rg_vs_chunks``, the store's id a column, porter stemming); the bytes it added."""
+    before = await pages(store)
+    async with store.db.transaction() as tx:
+        await tx.execute(
+            f"CREATE VIRTUAL TABLE {name} USING fts5(vector_store_id, text, content='rg_vs_chunks', "
+            "content_rowid='id', tokenize='porter unicode61')"
+        )
+        await tx.execute(
+            f"INSERT INTO {name} (rowid, vector_store_id, text) "
+            "SELECT id, vector_store_id, text FROM rg_vs_chunks WHERE vector_store_id = ?",
+            store_id,
+        )
+    return await pages(store) - before
+
+
+async def fts_search(store: Store, name: str, store_id: str, terms: list[str], limit: int) -> list[int]:
+    """FTS5's ``bm25()`` as search ran it before the in-memory index: any term matches."""
+    phrase = store_id.replace('"', '""')
+    words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    async with store.db.transaction() as tx:
+        rows = await tx.fetch(
+            f"SELECT rowid FROM {name} WHERE {name} MATCH ? ORDER BY bm25({name}, 0.0, 1.0), rowid LIMIT ?",
+            f'vector_store_id : "{phrase}" AND text : ({words})',
+            limit,
+        )
+    return [int(row[0]) for row in rows]
+
+
+async def stored_bytes(store: Store, store_id: str) -> int | None:
+    """The stored postings' bytes (chunk ids and blobs) of a store; None before they existed."""
+    async with store.db.transaction() as tx:
+        table = await tx.fetchone("SELECT 1 FROM sqlite_master WHERE name = 'rg_vs_bm25'")
+        if table is None:
+            return None
+        row = await tx.fetchone(
+            "SELECT SUM(LENGTH(chunk_ids) + LENGTH(postings)) FROM rg_vs_bm25 WHERE vector_store_id = ?",
+            store_id,
+        )
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 async def big_store(service: VectorStores, size: int, texts: list[str], vectors: Any) -> tuple[str, float]:
@@ -355,6 +417,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["latency"] = {}
         for size in sizes:
             big, load = await big_store(service, size, texts, vectors)
+            fts = f"bench_fts_{size}"
+            fts_bytes = await fts_table(store, big, fts)
+            blob_bytes = await stored_bytes(store, big)
             # The first search builds the BM25 postings and reads the vectors into memory.
             t0 = time.perf_counter()
             await service.search(
@@ -363,6 +428,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             first = time.perf_counter() - t0
             stats = service.keywords.stats(big)
             assert stats is not None
+            # A fresh index over the same store, as a new process (a restart, another worker) has:
+            # its first BM25 search, twice (the second with the database's pages cached).
+            fresh_ms, fresh_reads = [], {}
+            for _ in range(2):
+                fresh = KeywordIndex(service.tables)
+                t0 = time.perf_counter()
+                await fresh.search(big, query_terms(questions[0]), limit=40, file_ids=None)
+                fresh_ms.append((time.perf_counter() - t0) * 1000)
+                fresh_reads = dict(getattr(fresh, "reads", {"texts": size}))
+                await fresh.aclose()
             timings: dict[str, list[float]] = {
                 "search": [],
                 "embed": [],
@@ -385,7 +460,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 timings["bm25"].append((time.perf_counter() - t0) * 1000)
                 t0 = time.perf_counter()
                 words = [w for w in re.findall(r"\w+", question.lower()) if w not in STOP_WORDS]
-                await service.tables.text_search(big, words, 40, None)
+                await fts_search(store, fts, big, words, 40)
                 timings["fts"].append((time.perf_counter() - t0) * 1000)
                 t0 = time.perf_counter()
                 await service.index.search(big, query_vector, dimensions=384, limit=40, file_ids=None)
@@ -393,8 +468,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             row: dict[str, Any] = {
                 "chunks": size,
                 "load_s": round(load, 1),
+                "write_chunks_per_s": round(size / load, 1),
                 "first_search_s": round(first, 2),
+                "fresh_bm25_first_ms": [round(t, 1) for t in fresh_ms],
+                "fresh_bm25_reads": fresh_reads,
                 "bm25_bytes_per_chunk": round(stats[1] / stats[0]),
+                "fts5_disk_bytes_per_chunk": round(fts_bytes / size),
+                "stored_postings_bytes_per_chunk": None if blob_bytes is None else round(blob_bytes / size),
             }
             for part, values in timings.items():
                 row[f"{part}_ms_p50"] = round(statistics.median(values), 2)
@@ -471,6 +551,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"BM25 FTS5 p50 {row['fts_ms_p50']} / p99 {row['fts_ms_p99']} ms, "
                 f"vectors p50 {row['vectors_ms_p50']} / p99 {row['vectors_ms_p99']} ms; "
                 f"first search (index builds) {first:.1f} s, BM25 {row['bm25_bytes_per_chunk']} B/chunk; "
+                f"fresh index's first BM25 search {row['fresh_bm25_first_ms']} ms ({fresh_reads}); "
+                f"writes {row['write_chunks_per_s']} chunks/s; disk per chunk: FTS5 "
+                f"{row['fts5_disk_bytes_per_chunk']} B, stored postings "
+                f"{row['stored_postings_bytes_per_chunk']} B; "
                 f"after one more file: first BM25 {row['after_write_bm25_ms']} ms, first search "
                 f"{row['after_write_search_ms']} ms, background {row['bm25_background_s']} s, then BM25 p50 "
                 f"{row['bm25_after_writes_ms_p50']} / p99 {row['bm25_after_writes_ms_p99']} ms; "

@@ -1,7 +1,10 @@
 """The BM25 index built in pieces (retrieval/keyword_index.py): after attachments, detachments,
 re-attachments that reuse chunk ids, background merges and a second instance's writes, it ranks and
-scores exactly as one built at once over the same chunks, and a write reads only what changed. On
-SQLite and PostgreSQL, through the real store (``VectorStoreTables``)."""
+scores exactly as one built at once from the same chunks' texts, and a write reads only what
+changed. Attachments are loaded from the postings stored at ingestion (``rg_vs_bm25``), those
+without (an older gateway's) or made by another tokenizer version from their texts: a fresh index
+(a restart) tokenizes only those, and every stored row goes with its chunks. On SQLite and
+PostgreSQL, through the real store (``VectorStoreTables``)."""
 
 from __future__ import annotations
 
@@ -10,10 +13,21 @@ from collections.abc import Set
 from pathlib import Path
 from pydoc_data.topics import topics
 
+import numpy as np
+
 from responses_gateway.retrieval import keyword_index
-from responses_gateway.retrieval.keyword_index import KeywordIndex, SegmentKey, query_terms
+from responses_gateway.retrieval.keyword_index import (
+    TOKENIZER,
+    KeywordIndex,
+    SegmentKey,
+    build,
+    loaded,
+    postings,
+    query_terms,
+)
 from responses_gateway.store import open_store
-from responses_gateway.store.vector_stores import VectorStoreTables
+from responses_gateway.store.db import Database
+from responses_gateway.store.vector_stores import KeywordChanges, VectorStoreTables
 from test_store_services import fresh_pg_database
 
 OWNER = "alice"
@@ -32,16 +46,23 @@ QUESTIONS = [
 
 
 class CountingTables(VectorStoreTables):
-    """The real store, counting the chunk texts the index reads."""
+    """The real store, counting the chunks the index reads: texts, and stored postings."""
 
     read = 0
+    stored = 0
 
-    async def text_changes(
-        self, store_id: str, known: Set[SegmentKey]
-    ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, str]]]:
-        version, keys, rows = await super().text_changes(store_id, known)
-        self.read += len(rows)
-        return version, keys, rows
+    async def keyword_changes(self, store_id: str, known: Set[SegmentKey], tokenizer: int) -> KeywordChanges:
+        found = await super().keyword_changes(store_id, known, tokenizer)
+        self.read += len(found.rows)
+        self.stored += sum(len(ids) // 8 for _, ids, _ in found.stored)
+        return found
+
+
+class TextsOnly(VectorStoreTables):
+    """The real store as a tokenizer version nothing was stored by: every text is read."""
+
+    async def keyword_changes(self, store_id: str, known: Set[SegmentKey], tokenizer: int) -> KeywordChanges:
+        return await super().keyword_changes(store_id, known, TOKENIZER + 1000)
 
 
 def _chunks(topic: str, size: int) -> list[str]:
@@ -49,18 +70,37 @@ def _chunks(topic: str, size: int) -> list[str]:
     return [" ".join(words[i : i + size]) for i in range(0, len(words), size)] or [topic]
 
 
-async def _attach(tables: VectorStoreTables, store_id: str, file_id: str, topic: str, size: int = 120) -> int:
+async def _attach(
+    tables: VectorStoreTables,
+    store_id: str,
+    file_id: str,
+    topic: str,
+    size: int = 120,
+    *,
+    stored: bool = True,
+) -> int:
+    """Attach ``topic`` as ingestion does (its postings stored with it), or as an older gateway did."""
     await tables.add_file(
         OWNER, store_id, file_id, filename=topic, created_at=1, attributes={}, chunking_strategy={}
     )
     chunks = _chunks(topic, size)
-    assert await tables.complete_file(store_id, file_id, chunks, [b""] * len(chunks), usage_bytes=1)
+    keywords = (TOKENIZER, postings(chunks)) if stored else None
+    assert await tables.complete_file(
+        store_id, file_id, chunks, [b""] * len(chunks), usage_bytes=1, postings=keywords
+    )
     return len(chunks)
 
 
+async def _stored_rows(db: Database, store_id: str) -> int:
+    async with db.transaction() as tx:
+        row = await tx.fetchone("SELECT COUNT(*) FROM rg_vs_bm25 WHERE vector_store_id = ?", store_id)
+    assert row is not None
+    return int(row[0])
+
+
 async def _whole(tables: VectorStoreTables, store_id: str) -> list[list[tuple[int, float]]]:
-    """Every question's top 20 (id, score) from one segment built at once over the store's chunks."""
-    fresh = KeywordIndex(tables)
+    """Every question's top 20 (id, score) from one segment built at once from the store's texts."""
+    fresh = KeywordIndex(TextsOnly(tables.db))
     try:
         results = [await fresh.scored(store_id, query_terms(q), limit=20) for q in QUESTIONS]
         assert fresh.segments(store_id) == 1
@@ -74,6 +114,7 @@ async def _scenario(url: str) -> None:
     tables = CountingTables(store.db)
     index = KeywordIndex(tables)
     other = VectorStoreTables(store.db)  # another instance's writes: same database
+    fresh: KeywordIndex | None = None
     try:
         await tables.create_store(
             OWNER,
@@ -94,20 +135,35 @@ async def _scenario(url: str) -> None:
                 assert a == b, [(x, y) for x, y in zip(a, b, strict=False) if x != y]
             assert any(mine)
 
+        sizes = {}
         for n, topic in enumerate(TOPICS[:10]):
-            await _attach(tables, "vs_1", f"file-{n}", topic)
-        # A file completed before migration 10 has no ingested_version.
+            # file-8 as an older gateway wrote it: no stored postings.
+            sizes[n] = await _attach(tables, "vs_1", f"file-{n}", topic, stored=n != 8)
+        # A file completed before migration 10 has no ingested_version (nor stored postings: they
+        # name another key); file-9's were made by another tokenizer version.
         async with store.db.transaction() as tx:
             await tx.execute(
                 "UPDATE rg_vector_store_files SET ingested_version = NULL WHERE file_id = 'file-0'"
             )
+            await tx.execute("UPDATE rg_vs_bm25 SET tokenizer = ? WHERE file_id = 'file-9'", TOKENIZER - 1)
         await same()
+        # Only those three were tokenized; the others' postings were loaded.
+        assert index.reads == {
+            "texts": sizes[0] + sizes[8] + sizes[9],
+            "postings": sum(sizes.values()) - (sizes[0] + sizes[8] + sizes[9]),
+        }
+        assert tables.read == sizes[0] + sizes[8] + sizes[9]
         # One more file: only its chunks are read, and the scores still match a whole build
         # (before the background has brought the old segment's weights to the new mean).
-        tables.read = 0
+        tables.read = tables.stored = 0
         added = await _attach(other, "vs_1", "file-new", TOPICS[10])
         await same()
-        assert tables.read == added
+        assert (tables.read, tables.stored) == (0, added)
+        tables.read = tables.stored = 0
+        added = await _attach(other, "vs_1", "file-old", TOPICS[10], stored=False)
+        await same()
+        assert (tables.read, tables.stored) == (added, 0)
+        await other.delete_file(OWNER, "vs_1", "file-old")
         tables.read = 0
         await index.scored("vs_1", ["the"], limit=1)
         assert tables.read == 0
@@ -133,6 +189,16 @@ async def _scenario(url: str) -> None:
         await same()
         await index.idle()
         await same()
+        # A restart: a fresh index tokenizes only the attachments without stored postings (file-0
+        # was re-attached with them; file-8 and file-9 are still without) and ranks the same.
+        fresh = KeywordIndex(tables)
+        tables.read = tables.stored = 0
+        for question in QUESTIONS:
+            assert await fresh.scored("vs_1", query_terms(question), limit=20) == await index.scored(
+                "vs_1", query_terms(question), limit=20
+            )
+        assert fresh.reads == {"texts": sizes[8] + sizes[9], "postings": tables.stored}
+        assert tables.read == sizes[8] + sizes[9] and tables.stored > 0
         # Restricted to some files, dead chunks never come back.
         wanted = ["file-0", "file-3", "file-12", "file-29"]
         got = await index.search("vs_1", query_terms("the statement"), limit=50, file_ids=wanted)
@@ -142,7 +208,15 @@ async def _scenario(url: str) -> None:
         for file_id in [f"file-{n}" for n in range(30) if n not in (3, 10, *range(12, 20))] + ["file-new"]:
             await other.delete_file(OWNER, "vs_1", file_id)
         assert await index.scored("vs_1", query_terms("the statement"), limit=5) == []
+        # Every stored posting went with its chunks; a deleted store's too.
+        assert await _stored_rows(store.db, "vs_1") == 0
+        await _attach(other, "vs_1", "file-last", TOPICS[0])
+        assert await _stored_rows(store.db, "vs_1") == 1
+        await other.delete_store(OWNER, "vs_1")
+        assert await _stored_rows(store.db, "vs_1") == 0
     finally:
+        if fresh is not None:
+            await fresh.aclose()
         await index.aclose()
         await store.close()
 
@@ -153,3 +227,39 @@ def test_incremental_equals_whole_sqlite(tmp_path: Path) -> None:
 
 def test_incremental_equals_whole_postgresql() -> None:
     asyncio.run(_scenario(fresh_pg_database("rg_keyword_index")))
+
+
+def test_stored_postings_hold_what_a_build_holds() -> None:
+    """Several files' blobs loaded as one segment: per term, the same chunks, counts and lengths as
+    ``build`` makes of the same texts (chunk ids not in file order, a file with words past 64
+    characters and a stem shared by two words of a chunk)."""
+    files = {
+        "a": _chunks(TOPICS[0], 50),
+        "b": [*_chunks(TOPICS[1], 80), "running runs run " + "x" * 70 + " ran"],
+        "c": _chunks(TOPICS[2], 30),
+    }
+    rows, parts = [], []
+    next_id = 1000
+    for file_id, texts in files.items():
+        ids = list(range(next_id, next_id + len(texts)))
+        next_id -= 300  # later files get lower ids
+        key = (file_id, 7)
+        rows += [(key, chunk_id, text) for chunk_id, text in zip(ids, texts, strict=True)]
+        parts.append((key, np.array(ids, dtype="<i8").tobytes(), postings(texts)))
+    made, want = loaded(parts), build(rows)
+
+    def table(segment: keyword_index.Segment) -> dict[str, set[tuple[int, int, float]]]:
+        out = {}
+        for term, row in segment.vocabulary.items():
+            start, end = segment.offsets[row], segment.offsets[row + 1]
+            docs = segment.docs[start:end]
+            assert list(docs) == sorted(docs)
+            out[term] = {
+                (int(segment.ids[d]), int(c), float(segment.lengths[d]))
+                for d, c in zip(docs, segment.counts[start:end], strict=True)
+            }
+        return out
+
+    assert table(made) == table(want)
+    assert (made.live, made.live_length, made.keys) == (want.live, want.live_length, want.keys)
+    assert sorted(made.ids.tolist()) == sorted(want.ids.tolist())

@@ -2,12 +2,20 @@
 
 The keyword side of hybrid search. A store's index is a few **segments**, each the postings of
 some attachments (a file's chunks as one ingestion wrote them, named by the file id and the store
-``version`` that ingestion set: ``VectorStoreTables.text_changes``). On a search, when the store's
+``version`` that ingestion set: ``VectorStoreTables.keyword_changes``). On a search, when the store's
 ``version`` has moved (any instance's write or delete of its chunks bumps it), the index asks the
-database which attachments exist now and reads the texts of the new ones only: a new file costs
-tokenizing that file, a detached one marks its chunks dead in its segment. So several gateway
-instances on one database stay consistent, and SQLite and PostgreSQL rank identically: the same code
-reads the same texts.
+database which attachments exist now and reads the new ones only: a detached one marks its chunks
+dead in its segment. So several gateway instances on one database stay consistent, and SQLite and
+PostgreSQL rank identically: the same code reads the same data.
+
+**Stored postings.** Ingestion tokenizes a file's chunks once (``postings``: a compact blob of the
+chunks' lengths, terms, and per term the chunk positions and counts) and the store keeps the blob
+beside the chunks, written and deleted with them (``rg_vs_bm25``). A new attachment, and so the
+first search of a store in a process (a restart, each ``--workers`` worker, after eviction), is
+loaded from those blobs (numpy only, no tokenizing: ``loaded``); an attachment without one (written
+by an older gateway) or with one made by another ``TOKENIZER`` version has its texts read and
+tokenized instead. A segment loaded from blobs holds exactly the numbers one built from the texts
+holds (tests/test_keyword_index.py). ``KeywordIndex.reads`` counts the chunks taken each way.
 
 Scores are exactly the BM25 of the whole store: the number of chunks, each term's document
 frequency and the mean chunk length are summed over the segments' live chunks at query time, and a
@@ -36,10 +44,13 @@ common words down, and keeping them measured better (docs/file-search.md).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
+import struct
 import sys
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, replace
@@ -53,13 +64,18 @@ __all__ = [
     "BM25_B",
     "BM25_K1",
     "MAX_SEGMENTS",
+    "TOKENIZER",
     "KeywordIndex",
     "Segment",
     "SegmentKey",
     "build",
+    "loaded",
+    "postings",
     "query_terms",
     "tokenize",
 ]
+
+log = logging.getLogger(__name__)
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -71,6 +87,15 @@ _INLINE_ROWS = 20_000
 MAX_SEGMENTS = 2
 _DEAD_SHARE = 0.2
 SegmentKey = tuple[str, int]  # file id, the store version its ingestion set
+# The version of ``tokenize`` and of the ``postings`` encoding, stored with each blob: change it with
+# either, and stored postings of the old one are ignored (the texts are tokenized again).
+TOKENIZER = 1
+# A blob: magic, chunks, terms, postings, the byte widths of a posting's chunk position and count;
+# then each chunk's length (uint32), the terms' offsets (uint32), the positions, the counts, and the
+# terms themselves (UTF-8, newline-separated: a term is a run of word characters).
+_BLOB = struct.Struct("<4sIIIBB")
+_MAGIC = b"BM25"
+_WIDTHS: dict[int, str] = {1: "<u1", 2: "<u2", 4: "<u4"}
 _WORD = re.compile(r"\w\w+", re.UNICODE)
 # PyStemmer's stemmers are not thread-safe: one per thread (builds run in worker threads).
 _STEMMERS = threading.local()
@@ -101,12 +126,16 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(tokenize(text)))[:MAX_QUERY_TERMS]
 
 
+Stored = tuple[SegmentKey, bytes, bytes]  # an attachment's key, chunk ids (int64 LE), blob
+Row = tuple[SegmentKey, int, str]  # an attachment's key, a chunk's id, its text
+
+
 class TextSource(Protocol):
     async def version(self, store_id: str) -> int: ...
 
-    async def text_changes(
-        self, store_id: str, known: Set[SegmentKey]
-    ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, str]]]: ...
+    async def keyword_changes(
+        self, store_id: str, known: Set[SegmentKey], tokenizer: int
+    ) -> tuple[int, list[SegmentKey], list[Stored], list[Row]]: ...
 
 
 @dataclass(frozen=True)
@@ -184,6 +213,13 @@ class KeywordIndex:
         self._states: OrderedDict[str, _State] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._reads = {"postings": 0, "texts": 0}
+
+    @property
+    def reads(self) -> dict[str, int]:
+        """Chunks taken into this index so far, by where from: ``postings`` (stored at ingestion) and
+        ``texts`` (tokenized here: attachments without stored postings of this ``TOKENIZER``)."""
+        return dict(self._reads)
 
     async def _load(self, store_id: str, version: int | None) -> _State:
         if version is None:
@@ -198,8 +234,22 @@ class KeywordIndex:
             if found is not None and found.version == await self._source.version(store_id):
                 return found
             known = frozenset() if found is None else found.keys
-            version, listed, rows = await self._source.text_changes(store_id, known)
-            state = await asyncio.to_thread(_caught_up, found, version, listed, rows)
+            started = time.monotonic()
+            version, listed, stored, rows = await self._source.keyword_changes(store_id, known, TOKENIZER)
+            state = await asyncio.to_thread(_caught_up, found, version, listed, stored, rows)
+            loaded_chunks = sum(len(ids) // 8 for _, ids, _ in stored)
+            self._reads["postings"] += loaded_chunks
+            self._reads["texts"] += len(rows)
+            if rows:
+                log.info(
+                    "BM25 index of %s: %d chunks tokenized from their texts (no stored postings of "
+                    "tokenizer %d), %d loaded from stored postings, in %.2f s",
+                    store_id,
+                    len(rows),
+                    TOKENIZER,
+                    loaded_chunks,
+                    time.monotonic() - started,
+                )
             self._states[store_id] = state
             self._states.move_to_end(store_id)
             total = sum(s.nbytes for s in self._states.values())
@@ -310,9 +360,10 @@ class KeywordIndex:
 
 
 def _caught_up(
-    found: _State | None, version: int, listed: list[SegmentKey], rows: list[tuple[SegmentKey, int, str]]
+    found: _State | None, version: int, listed: list[SegmentKey], stored: list[Stored], rows: list[Row]
 ) -> _State:
-    """``found`` with the attachments no longer listed dead and a segment of the new ``rows``."""
+    """``found`` with the attachments no longer listed dead, and the new attachments in new segments:
+    one loaded from their ``stored`` postings, one built from the ``rows`` of those without."""
     now = frozenset(listed)
     known = frozenset() if found is None else found.keys
     removed = known - now
@@ -322,12 +373,18 @@ def _caught_up(
         kept = _without(segment, gone) if gone else segment
         if kept is not None:
             segments.append(kept)
+    stored = [part for part in stored if part[0] not in known]
     rows = [row for row in rows if row[0] not in known]
-    if rows:
-        segments.append(build(rows))
-    state = _state(version, (known - removed) | (now - known) | {row[0] for row in rows}, segments)
-    if rows:  # the new segment's weights now (its size), the others' in the background
-        segments[-1] = segments[-1].with_weights(state.mean)
+    made = 0
+    for made_now in (loaded(stored) if stored else None, build(rows) if rows else None):
+        if made_now is not None and len(made_now.ids):
+            segments.append(made_now)
+            made += 1
+    new = {part[0] for part in stored} | {row[0] for row in rows}
+    state = _state(version, (known - removed) | (now - known) | new, segments)
+    if made:  # the new segments' weights now (their size), the others' in the background
+        for n in range(len(segments) - made, len(segments)):
+            segments[n] = segments[n].with_weights(state.mean)
         state = replace(state, segments=tuple(segments))
     return state
 
@@ -403,6 +460,89 @@ def build(rows: Iterable[tuple[SegmentKey, int, str]]) -> Segment:
         np.array(terms, dtype=np.int64),
         docs,
         np.array(counts, dtype=np.float64),
+    )
+
+
+def postings(texts: Sequence[str]) -> bytes:
+    """The postings of a file's chunks (``texts`` in file order) as stored at ingestion: what
+    ``build`` makes of them, with chunk positions in the file for ids. ``loaded`` reads them back."""
+    segment = build((("", 0), n, text) for n, text in enumerate(texts))
+    n = len(segment.ids)
+    position = 2 if n <= 1 << 16 else 4
+    count = 1 if int(segment.counts.max(initial=0)) < 256 else 2
+    terms = "\n".join(segment.vocabulary).encode("utf-8")
+    return b"".join(
+        [
+            _BLOB.pack(_MAGIC, n, len(segment.vocabulary), len(segment.docs), position, count),
+            segment.lengths.astype("<u4").tobytes(),
+            segment.offsets.astype("<u4").tobytes(),
+            segment.docs.astype(_WIDTHS[position]).tobytes(),
+            segment.counts.astype(_WIDTHS[count]).tobytes(),
+            terms,
+        ]
+    )
+
+
+def loaded(parts: Sequence[Stored]) -> Segment:
+    """One segment of the stored postings of ``parts`` (key, chunk ids, blob), as ``build`` would
+    make it of the same chunks' texts: numpy and one dict lookup per term of each part, no
+    tokenizing. The parts' postings are laid out term by term without a sort over them: each
+    part's term blocks are put in their global term's place (a sort over the blocks only)."""
+    vocabulary: dict[str, int] = {}
+    file_codes: dict[str, int] = {}
+    ids, files, lengths, docs, counts = [], [], [], [], []
+    block_terms, block_sizes, block_starts = [], [], []
+    chunks = postings_seen = 0
+    for key, chunk_ids, blob in parts:
+        magic, n, n_terms, n_postings, position, count = _BLOB.unpack_from(blob)
+        ids_a = np.frombuffer(chunk_ids, dtype="<i8")
+        if magic != _MAGIC or len(ids_a) != n:
+            raise ValueError(f"stored postings of {key} do not match their chunks")
+        at = _BLOB.size
+        lengths.append(np.frombuffer(blob, "<u4", n, at))
+        at += 4 * n
+        offsets = np.frombuffer(blob, "<u4", n_terms + 1, at).astype(np.int64)
+        at += 4 * (n_terms + 1)
+        docs.append(np.frombuffer(blob, _WIDTHS[position], n_postings, at).astype(np.int32) + chunks)
+        at += position * n_postings
+        counts.append(np.frombuffer(blob, _WIDTHS[count], n_postings, at))
+        at += count * n_postings
+        words = blob[at:].decode("utf-8").split("\n") if n_terms else []
+        block_terms.append(
+            np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for w in words), np.int64, n_terms)
+        )
+        block_sizes.append(np.diff(offsets))
+        block_starts.append(offsets[:-1] + postings_seen)
+        ids.append(ids_a.astype(np.int64))
+        files.append(np.full(n, file_codes.setdefault(key[0], len(file_codes)), dtype=np.int32))
+        chunks += n
+        postings_seen += n_postings
+    terms = np.concatenate(block_terms) if block_terms else np.zeros(0, dtype=np.int64)
+    sizes = np.concatenate(block_sizes) if block_sizes else np.zeros(0, dtype=np.int64)
+    starts = np.concatenate(block_starts) if block_starts else np.zeros(0, dtype=np.int64)
+    # Blocks by term, parts in order within a term: chunk positions stay ascending within a term.
+    order = np.argsort(terms, kind="stable")
+    sizes, starts = sizes[order], starts[order]
+    placed = np.cumsum(sizes) - sizes  # where each block goes
+    take = np.repeat(starts - placed, sizes) + np.arange(postings_seen, dtype=np.int64)
+    per_term = np.zeros(len(vocabulary), dtype=np.int64)
+    np.add.at(per_term, terms[order], sizes)
+    offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+    np.cumsum(per_term, out=offsets[1:])
+    lengths_a = np.concatenate(lengths).astype(np.float64) if lengths else np.zeros(0, dtype=np.float64)
+    return Segment(
+        keys=frozenset(key for key, _, _ in parts),
+        ids=np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),
+        files=np.concatenate(files) if files else np.zeros(0, dtype=np.int32),
+        file_codes=file_codes,
+        lengths=lengths_a,
+        vocabulary=vocabulary,
+        offsets=offsets,
+        docs=np.concatenate(docs)[take] if docs else np.zeros(0, dtype=np.int32),
+        counts=np.concatenate(counts)[take].astype(np.uint16) if counts else np.zeros(0, dtype=np.uint16),
+        alive=None,
+        live=chunks,
+        live_length=int(lengths_a.sum()),
     )
 
 

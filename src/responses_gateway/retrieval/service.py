@@ -25,7 +25,7 @@ from .chunking import TokenizerUnavailable, chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
 from .fusion import fuse
-from .keyword_index import KeywordIndex, query_terms
+from .keyword_index import TOKENIZER, KeywordIndex, postings, query_terms
 from .vector_index import Index, open_index
 
 __all__ = ["RetrievalError", "VectorStores", "extract_text"]
@@ -276,6 +276,10 @@ class VectorStores:
             raise RuntimeError("no vector index")
         return self._index
 
+    def keyword_reads(self) -> dict[str, int]:
+        """``KeywordIndex.reads`` (nothing before ``start``): the metrics read it."""
+        return {} if self._keywords is None else self._keywords.reads
+
     @property
     def keywords(self) -> KeywordIndex:
         if self._keywords is None:
@@ -333,7 +337,11 @@ class VectorStores:
                     )
                 rows = [row.astype("<f4").tobytes() for row in vectors]
                 usage = sum(len(c.encode("utf-8")) for c in chunks)
-                if await tables.complete_file(store_id, file_id, chunks, rows, usage_bytes=usage):
+                # Tokenized once, here: every process's BM25 index loads these postings.
+                keywords = (TOKENIZER, await asyncio.to_thread(postings, chunks))
+                if await tables.complete_file(
+                    store_id, file_id, chunks, rows, usage_bytes=usage, postings=keywords
+                ):
                     # The in-database search table takes the new chunks now, not at the next search.
                     await self.index.prepare(store_id, dimensions)
             except asyncio.CancelledError:

@@ -156,6 +156,8 @@ class GatewayApp:
             models_file_embedders(registry),
             vector_index=self.config.vector_index,
         )
+        if self.metrics is not None:
+            self.metrics.bm25_reads(self.vector_stores.keyword_reads)
         self._sweeper: asyncio.Future[None] | None = None
         VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         EmbeddingsAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)

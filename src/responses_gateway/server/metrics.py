@@ -12,11 +12,14 @@ only appear once the gateway served that model; an unknown model is counted as `
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -133,6 +136,11 @@ class Metrics:
             buckets=_STORE,
         )
 
+    def bm25_reads(self, reads: Callable[[], Mapping[str, int]]) -> None:
+        """Serve ``reads()`` — the chunks the in-memory BM25 index took in so far, by source
+        (``KeywordIndex.reads``) — as a counter, read at each scrape."""
+        self.registry.register(_Reads(reads))
+
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached: a response's counting is then a few dict lookups (the
         label sets are bounded: models served × back ends × statuses)."""
@@ -161,3 +169,19 @@ class Metrics:
             await self.timed(operation, call())
 
         return timed
+
+
+class _Reads(Collector):
+    def __init__(self, reads: Callable[[], Mapping[str, int]]) -> None:
+        self._reads = reads
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "responses_gateway_bm25_chunks_read",
+            "Chunks the in-memory BM25 index (file_search) took in, by source: postings (stored at "
+            "ingestion, loaded) or texts (tokenized at search: attachments without stored postings).",
+            labels=["source"],
+        )
+        for source, count in sorted(self._reads().items()):
+            family.add_metric([source], count)
+        yield family

@@ -254,6 +254,32 @@ MIGRATIONS: list[tuple[int, list[str | dict[str, str]]]] = [
     # index (retrieval/keyword_index.py) reads only what changed. NULL for files completed before
     # this version.
     (10, ["ALTER TABLE rg_vector_store_files ADD COLUMN ingested_version BIGINT"]),
+    # Issue 14, stored BM25 postings (feat-bm25p): each attachment's tokenized chunks as written by
+    # its ingestion (``complete_file``, same transaction; deleted with the chunks), so a process's
+    # first search of a store loads them instead of tokenizing every text
+    # (retrieval/keyword_index.py). ``tokenizer`` is the tokenizer's version that made them: another
+    # version's are ignored and the texts tokenized again. ``chunk_ids``: the chunks' ids, int64
+    # little-endian, in file order; ``postings``: the index's own encoding. FTS5 and the tsvector
+    # column, which nothing searched any more, are dropped.
+    (
+        11,
+        [
+            """CREATE TABLE rg_vs_bm25 (
+                vector_store_id TEXT NOT NULL,
+                file_id TEXT NOT NULL,
+                ingested_version BIGINT NOT NULL,
+                tokenizer INTEGER NOT NULL,
+                chunk_ids BYTEA NOT NULL,
+                postings BYTEA NOT NULL,
+                PRIMARY KEY (vector_store_id, file_id)
+            )""",
+            {
+                "sqlite": "DROP TABLE IF EXISTS rg_vs_fts",
+                "postgresql": "DROP INDEX IF EXISTS rg_vs_chunks_tsv",
+            },
+            {"postgresql": "ALTER TABLE rg_vs_chunks DROP COLUMN IF EXISTS tsv"},
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

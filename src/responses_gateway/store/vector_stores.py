@@ -2,17 +2,20 @@
 
 A vector store belongs to an owner; its files and batches are reached through it, so another
 owner's store, file or batch is a ``NotFound`` exactly like a missing one. Chunks hold their text
-and their vector (little-endian float32 bytes: ``BLOB`` / ``BYTEA``); the BM25 side is FTS5
-(SQLite, external content over ``rg_vs_chunks``) or a ``tsvector`` column (PostgreSQL). Vectors are
-searched in memory by the retrieval service (``retrieval/vector_index.py``), which reloads a store's
-when its ``version`` (bumped by every write of its chunks) moves. A file's chunks, vectors and its
-``completed`` status are written in one transaction, so a file is searchable whole or not at all.
+and their vector (little-endian float32 bytes: ``BLOB`` / ``BYTEA``); beside them, each attachment's
+BM25 postings as its ingestion tokenized them (``rg_vs_bm25``: an opaque blob the keyword index
+writes and reads, ``retrieval/keyword_index.py``). Vectors are searched in memory by the retrieval
+service (``retrieval/vector_index.py``), which reloads a store's when its ``version`` (bumped by
+every write of its chunks) moves. A file's chunks, vectors, postings and its ``completed`` status
+are written in one transaction, so a file is searchable whole or not at all; its chunks and
+postings are deleted together (``_delete_chunks``, every path that deletes chunks).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence, Set
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -21,11 +24,24 @@ from .errors import FileBatchNotFound, VectorStoreExpired, VectorStoreFileNotFou
 from .rows import JSON, check_page_args, page
 from .vector_search import PGVECTOR_PREFIX
 
-__all__ = ["FILE_STATUSES", "ChunkRow", "SegmentKey", "VectorStoreTables"]
+__all__ = ["FILE_STATUSES", "ChunkRow", "KeywordChanges", "SegmentKey", "StoredPostings", "VectorStoreTables"]
 
 FILE_STATUSES = ("in_progress", "completed", "cancelled", "failed")
 ChunkRow = tuple[int, str, str]  # chunk id, file id, text
 SegmentKey = tuple[str, int]  # an attachment's chunks: file id, the ingested_version that wrote them
+# An attachment's stored postings: its key, its chunk ids (int64 little-endian bytes, file order),
+# the keyword index's blob.
+StoredPostings = tuple[SegmentKey, bytes, bytes]
+
+
+class KeywordChanges(NamedTuple):
+    """``VectorStoreTables.keyword_changes``' answer."""
+
+    version: int  # the store's, -1 when it is gone
+    keys: list[SegmentKey]  # every completed attachment
+    stored: list[StoredPostings]  # the new attachments' stored postings
+    rows: list[tuple[SegmentKey, int, str]]  # the chunks (key, id, text) of the new ones without
+
 
 _STORE_COLUMNS = (
     "id, created_at, name, description, metadata, expires_after, last_active_at, embedding_model, "
@@ -40,6 +56,10 @@ _FILE_COLUMNS = (
     "f.file_id, f.created_at, f.vector_store_id, f.status, f.last_error, f.attributes, "
     "f.chunking_strategy, f.usage_bytes, f.filename"
 )
+
+
+def _id_bytes(ids: Sequence[int]) -> bytes:
+    return struct.pack(f"<{len(ids)}q", *ids)
 
 
 def _loads(text: str | None) -> Any:
@@ -463,9 +483,12 @@ class VectorStoreTables:
         vectors: Sequence[bytes],
         *,
         usage_bytes: int,
+        postings: tuple[int, bytes] | None = None,
     ) -> bool:
         """Write a file's chunks and vectors and mark it ``completed``, in one transaction. False (and
-        nothing written) when the file is no longer in progress: cancelled, detached or re-attached."""
+        nothing written) when the file is no longer in progress: cancelled, detached or re-attached.
+        ``postings``: (tokenizer version, blob) of the chunks' BM25 postings, stored beside them
+        with the chunk ids in file order (``keyword_changes`` gives them back)."""
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
                 "SELECT status FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?"
@@ -479,6 +502,7 @@ class VectorStoreTables:
                 (store_id, file_id, n, text, vector)
                 for n, (text, vector) in enumerate(zip(chunks, vectors, strict=True))
             ]
+            # The ids are known before the insert: the stored postings name the chunks by id.
             if self.db.dialect == "sqlite":
                 # Never a deleted chunk's id (schema version 9); MAX(id) too, for rows written by an
                 # older gateway sharing the file.
@@ -488,32 +512,43 @@ class VectorStoreTables:
                     len(rows),
                 )
                 assert top is not None
-                first = int(top[0]) - len(rows)
-                await tx.executemany(
-                    "INSERT INTO rg_vs_chunks (id, vector_store_id, file_id, position, text, embedding) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    [(first + i, *r) for i, r in enumerate(rows)],
-                )
-                await tx.executemany(
-                    "INSERT INTO rg_vs_fts (rowid, vector_store_id, text) VALUES (?, ?, ?)",
-                    [(first + i, store_id, text) for i, text in enumerate(chunks)],
-                )
+                ids = list(range(int(top[0]) - len(rows), int(top[0])))
             else:
-                await tx.executemany(
-                    "INSERT INTO rg_vs_chunks (vector_store_id, file_id, position, text, embedding) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    rows,
+                taken = await tx.fetch(
+                    "SELECT nextval(pg_get_serial_sequence('rg_vs_chunks', 'id')) FROM generate_series(1, ?)",
+                    len(rows),
                 )
-            await tx.execute("UPDATE rg_vector_stores SET version = version + 1 WHERE id = ?", store_id)
+                ids = sorted(int(r[0]) for r in taken)
+            await tx.executemany(
+                "INSERT INTO rg_vs_chunks (id, vector_store_id, file_id, position, text, embedding) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(chunk_id, *r) for chunk_id, r in zip(ids, rows, strict=True)],
+            )
+            top = await tx.fetchone(
+                "UPDATE rg_vector_stores SET version = version + 1 WHERE id = ? RETURNING version", store_id
+            )
+            assert top is not None
+            version = int(top[0])
             await tx.execute(
                 "UPDATE rg_vector_store_files SET status = 'completed', usage_bytes = ?, "
-                "ingested_version = (SELECT version FROM rg_vector_stores WHERE id = ?) "
-                "WHERE vector_store_id = ? AND file_id = ?",
+                "ingested_version = ? WHERE vector_store_id = ? AND file_id = ?",
                 usage_bytes,
-                store_id,
+                version,
                 store_id,
                 file_id,
             )
+            if postings is not None:
+                tokenizer, blob = postings
+                await tx.execute(
+                    "INSERT INTO rg_vs_bm25 (vector_store_id, file_id, ingested_version, tokenizer, "
+                    "chunk_ids, postings) VALUES (?, ?, ?, ?, ?, ?)",
+                    store_id,
+                    file_id,
+                    version,
+                    tokenizer,
+                    _id_bytes(ids),
+                    blob,
+                )
         return True
 
     async def _delete_chunks(self, tx: Tx, store_id: str, file_id: str | None) -> None:
@@ -523,12 +558,7 @@ class VectorStoreTables:
         if file_id is not None:
             where += " AND file_id = ?"
             args.append(file_id)
-        if self.db.dialect == "sqlite":
-            await tx.execute(
-                "INSERT INTO rg_vs_fts (rg_vs_fts, rowid, vector_store_id, text) "
-                f"SELECT 'delete', id, vector_store_id, text FROM rg_vs_chunks WHERE {where}",
-                *args,
-            )
+        await tx.execute(f"DELETE FROM rg_vs_bm25 WHERE {where}", *args)
         if await tx.execute(f"DELETE FROM rg_vs_chunks WHERE {where}", *args):
             await tx.execute("UPDATE rg_vector_stores SET version = version + 1 WHERE id = ?", store_id)
 
@@ -625,51 +655,6 @@ class VectorStoreTables:
             )
         return [(row[0], row[1], orjson.loads(row[2])) for row in rows]
 
-    async def text_search(
-        self, store_id: str, terms: Sequence[str], limit: int, file_ids: Sequence[str] | None
-    ) -> list[int]:
-        """Chunk ids best first by BM25 (FTS5) or ``ts_rank`` (PostgreSQL); any term may match."""
-        if not terms:
-            return []
-        restrict, extra = "", list(file_ids or [])
-        if file_ids is not None:
-            restrict = " AND c.file_id IN (" + ", ".join("?" * len(extra)) + ")"
-        async with self.db.transaction() as tx:
-            if self.db.dialect == "sqlite":
-                # The store as a phrase in its own column, ANDed in the index (no per-row join);
-                # bm25 weighs only the text column.
-                phrase = store_id.replace('"', '""')
-                words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-                query = f'vector_store_id : "{phrase}" AND text : ({words})'
-                if file_ids is None:
-                    rows = await tx.fetch(
-                        "SELECT rowid FROM rg_vs_fts WHERE rg_vs_fts MATCH ? "
-                        "ORDER BY bm25(rg_vs_fts, 0.0, 1.0), rowid LIMIT ?",
-                        query,
-                        limit,
-                    )
-                else:
-                    rows = await tx.fetch(
-                        "SELECT c.id FROM rg_vs_fts JOIN rg_vs_chunks c ON c.id = rg_vs_fts.rowid "
-                        f"WHERE rg_vs_fts MATCH ?{restrict} "
-                        "ORDER BY bm25(rg_vs_fts, 0.0, 1.0), c.id LIMIT ?",
-                        query,
-                        *extra,
-                        limit,
-                    )
-            else:
-                query = " | ".join(terms)
-                rows = await tx.fetch(
-                    "SELECT c.id FROM rg_vs_chunks c, to_tsquery('english', ?) q "
-                    f"WHERE c.tsv @@ q AND c.vector_store_id = ?{restrict} "
-                    "ORDER BY ts_rank(c.tsv, q) DESC, c.id LIMIT ?",
-                    query,
-                    store_id,
-                    *extra,
-                    limit,
-                )
-        return [int(row[0]) for row in rows]
-
     async def version(self, store_id: str) -> int:
         """The store's chunk version: it moves with every write or delete of its chunks."""
         async with self.db.transaction() as tx:
@@ -686,13 +671,13 @@ class VectorStoreTables:
             )
         return (-1 if row is None else int(row[0])), [(int(r[0]), r[1], bytes(r[2])) for r in rows]
 
-    async def text_changes(
-        self, store_id: str, known: Set[SegmentKey]
-    ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, str]]]:
+    async def keyword_changes(self, store_id: str, known: Set[SegmentKey], tokenizer: int) -> KeywordChanges:
         """What the keyword index needs to catch up, read in one transaction: the store's version,
         the key of every completed attachment (file id, the ``ingested_version`` that wrote its
-        chunks, -1 for files completed before that column), and the chunks (key, id, text) of the
-        attachments not in ``known``, ordered by id. A key names the same chunks for good."""
+        chunks, -1 for files completed before that column), and for the attachments not in
+        ``known``: their stored postings made by tokenizer version ``tokenizer``, and for those
+        without (written by an older gateway, or by another tokenizer) their chunks (key, id, text),
+        ordered by id. A key names the same chunks for good."""
         async with self.db.transaction() as tx:
             row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
             files = await tx.fetch(
@@ -701,23 +686,46 @@ class VectorStoreTables:
                 store_id,
             )
             keys = [(str(f[0]), int(f[1])) for f in files]
-            wanted = [key[0] for key in keys if key not in known]
-            query = (
-                "SELECT c.id, c.file_id, c.text, COALESCE(f.ingested_version, -1) FROM rg_vs_chunks c "
-                "JOIN rg_vector_store_files f ON f.vector_store_id = c.vector_store_id "
-                "AND f.file_id = c.file_id WHERE c.vector_store_id = ?"
-            )
-            found: list[Any] = []
-            if wanted and len(wanted) == len(keys):
-                found = list(await tx.fetch(query + " ORDER BY c.id", store_id))
-            else:
-                for start in range(0, len(wanted), 500):
-                    part = wanted[start : start + 500]
-                    marks = ", ".join("?" * len(part))
-                    found += await tx.fetch(query + f" AND c.file_id IN ({marks})", store_id, *part)
-                found.sort(key=lambda r: int(r[0]))
-        rows = [((str(r[1]), int(r[3])), int(r[0]), str(r[2])) for r in found]
-        return (-1 if row is None else int(row[0])), keys, rows
+            wanted = {key for key in keys if key not in known}
+            stored: list[StoredPostings] = []
+            if wanted:
+                query = (
+                    "SELECT file_id, ingested_version, chunk_ids, postings FROM rg_vs_bm25 "
+                    "WHERE vector_store_id = ? AND tokenizer = ?"
+                )
+                found = await self._by_file(tx, query, [store_id, tokenizer], wanted, len(keys))
+                for r in sorted(found, key=lambda r: str(r[0])):
+                    key = (str(r[0]), int(r[1]))
+                    if key in wanted:
+                        stored.append((key, bytes(r[2]), bytes(r[3])))
+            texts = wanted - {key for key, _, _ in stored}
+            chunks: list[Any] = []
+            if texts:
+                query = (
+                    "SELECT c.id, c.file_id, c.text, COALESCE(f.ingested_version, -1) FROM rg_vs_chunks c "
+                    "JOIN rg_vector_store_files f ON f.vector_store_id = c.vector_store_id "
+                    "AND f.file_id = c.file_id WHERE c.vector_store_id = ?"
+                )
+                chunks = await self._by_file(tx, query, [store_id], texts, len(keys), prefix="c.")
+                chunks.sort(key=lambda r: int(r[0]))
+        rows = [((str(r[1]), int(r[3])), int(r[0]), str(r[2])) for r in chunks]
+        return KeywordChanges((-1 if row is None else int(row[0])), keys, stored, rows)
+
+    @staticmethod
+    async def _by_file(
+        tx: Tx, query: str, args: list[Any], wanted: Set[SegmentKey], listed: int, prefix: str = ""
+    ) -> list[Any]:
+        """``query``'s rows for the files of ``wanted``: the whole store's when that is every file
+        listed, else by ``file_id IN`` in parts of 500."""
+        if len(wanted) == listed:
+            return list(await tx.fetch(query, *args))
+        found: list[Any] = []
+        names = sorted(file_id for file_id, _ in wanted)
+        for start in range(0, len(names), 500):
+            part = names[start : start + 500]
+            marks = ", ".join("?" * len(part))
+            found += await tx.fetch(query + f" AND {prefix}file_id IN ({marks})", *args, *part)
+        return found
 
     async def vector_changes(
         self, store_id: str, known: Set[SegmentKey]
