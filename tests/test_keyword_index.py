@@ -14,6 +14,7 @@ from pathlib import Path
 from pydoc_data.topics import topics
 
 import numpy as np
+import pytest
 
 from responses_gateway.retrieval import keyword_index
 from responses_gateway.retrieval.keyword_index import (
@@ -25,7 +26,7 @@ from responses_gateway.retrieval.keyword_index import (
     postings,
     query_terms,
 )
-from responses_gateway.store import open_store
+from responses_gateway.store import database_for_url, open_store
 from responses_gateway.store.db import Database
 from responses_gateway.store.vector_stores import KeywordChanges, VectorStoreTables
 from test_store_services import fresh_pg_database
@@ -263,3 +264,93 @@ def test_stored_postings_hold_what_a_build_holds() -> None:
     assert table(made) == table(want)
     assert (made.live, made.live_length, made.keys) == (want.live, want.live_length, want.keys)
     assert sorted(made.ids.tolist()) == sorted(want.ids.tolist())
+
+
+async def _from_version_10(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database written at schema version 10 (chunks indexed by FTS5 / the tsvector column, no
+    stored postings) brought to this version: FTS5 and the tsvector column are gone, and its store
+    is searched, tokenized from the texts."""
+    from responses_gateway.store import schema
+
+    db = database_for_url(url)
+    await db.open()
+    try:
+        with monkeypatch.context() as old:
+            old.setattr(schema, "MIGRATIONS", [m for m in schema.MIGRATIONS if m[0] <= 10])
+            old.setattr(schema, "SCHEMA_VERSION", 10)
+            await schema.migrate(db)
+        texts = _chunks(TOPICS[0], 80)
+        async with db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO rg_vector_stores (id, owner, created_at, metadata, last_active_at, "
+                "embedding_model, dimensions, version) VALUES ('vs_old', ?, 1, '{}', 1, 'm', 3, 1)",
+                OWNER,
+            )
+            await tx.execute(
+                "INSERT INTO rg_vector_store_files (vector_store_id, file_id, filename, created_at, status, "
+                "attributes, chunking_strategy, usage_bytes, ingested_version) "
+                "VALUES ('vs_old', 'f', 'f', 1, 'completed', '{}', '{}', 1, 1)"
+            )
+            # As that version wrote them: SQLite's ids its own (and FTS5 rows), PostgreSQL's the
+            # sequence's.
+            for n, text in enumerate(texts):
+                if db.dialect == "sqlite":
+                    await tx.execute(
+                        "INSERT INTO rg_vs_chunks (id, vector_store_id, file_id, position, text, embedding) "
+                        "VALUES (?, 'vs_old', 'f', ?, ?, ?)",
+                        n + 1,
+                        n,
+                        text,
+                        b"",
+                    )
+                    await tx.execute(
+                        "INSERT INTO rg_vs_fts (rowid, vector_store_id, text) VALUES (?, 'vs_old', ?)",
+                        n + 1,
+                        text,
+                    )
+                else:
+                    await tx.execute(
+                        "INSERT INTO rg_vs_chunks (vector_store_id, file_id, position, text, embedding) "
+                        "VALUES ('vs_old', 'f', ?, ?, ?)",
+                        n,
+                        text,
+                        b"",
+                    )
+        assert await schema.migrate(db) == 10
+        async with db.transaction() as tx:
+            if db.dialect == "sqlite":
+                gone = await tx.fetch("SELECT name FROM sqlite_master WHERE name LIKE 'rg_vs_fts%'")
+            else:
+                gone = await tx.fetch(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_name = 'rg_vs_chunks' AND column_name = 'tsv'"
+                )
+            assert list(gone) == []
+        index = KeywordIndex(VectorStoreTables(db))
+        try:
+            found = await index.scored("vs_old", query_terms("the statement"), limit=5)
+            async with db.transaction() as tx:
+                rows = await tx.fetch("SELECT id, text FROM rg_vs_chunks WHERE vector_store_id = 'vs_old'")
+            whole = KeywordIndex(TextsOnly(db))
+            try:
+                assert found and found == await whole.scored("vs_old", query_terms("the statement"), limit=5)
+            finally:
+                await whole.aclose()
+            assert len(rows) == len(texts)
+            assert index.reads == {"postings": 0, "texts": len(texts)}
+        finally:
+            await index.aclose()
+        # Written from now on: with its postings, chunk ids going on from the old ones.
+        tables = VectorStoreTables(db)
+        await _attach(tables, "vs_old", "g", TOPICS[1])
+        assert await _stored_rows(db, "vs_old") == 1
+    finally:
+        await db.close()
+
+
+def test_a_version_10_database_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asyncio.run(_from_version_10(f"sqlite://{tmp_path}/old.db", monkeypatch))
+
+
+def test_a_version_10_database_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
+    asyncio.run(_from_version_10(fresh_pg_database("rg_keyword_index_v10"), monkeypatch))

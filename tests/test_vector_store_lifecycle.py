@@ -121,6 +121,10 @@ class Served:
     def chunks(self, store_id: str) -> int:
         return int(self.sql("SELECT COUNT(*) FROM rg_vs_chunks WHERE vector_store_id = ?", store_id)[0][0])
 
+    def postings(self, store_id: str) -> int:
+        """The store's attachments with stored BM25 postings (they go with the chunks)."""
+        return int(self.sql("SELECT COUNT(*) FROM rg_vs_bm25 WHERE vector_store_id = ?", store_id)[0][0])
+
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
@@ -235,7 +239,7 @@ def test_an_expired_store_is_refused_then_swept(served: Served) -> None:
     client, other = _client(served.gw), _client(served.gw, KEY_B)
     store_id, ids = _store_with(client, {"log.txt": ESSAY}, expires_after=ONE_DAY)
     kept, _ = _store_with(client, {"bread.txt": OTHER})
-    assert served.chunks(store_id) > 0
+    assert served.chunks(store_id) > 0 and served.postings(store_id) == 1
     served.age(store_id, DAY + 10)
 
     expired = client.vector_stores.retrieve(store_id)
@@ -276,7 +280,7 @@ def test_an_expired_store_is_refused_then_swept(served: Served) -> None:
         while served.sql("SELECT COUNT(*) FROM rg_vector_stores WHERE id = ?", store_id)[0][0]:
             assert time.monotonic() < deadline, "the sweep did not delete the expired store"
             time.sleep(0.1)
-    assert served.chunks(store_id) == 0
+    assert served.chunks(store_id) == 0 and served.postings(store_id) == 0
     with pytest.raises(openai.NotFoundError):
         client.vector_stores.retrieve(store_id)
     assert store_id not in [s.id for s in client.vector_stores.list(limit=100)]
@@ -334,7 +338,7 @@ def test_a_file_expires_after(served: Served) -> None:
     attached = client.vector_stores.files.create_and_poll(
         vector_store_id=store_id, file_id=hour.id, chunking_strategy=STATIC, poll_interval_ms=100
     )
-    assert attached.status == "completed" and served.chunks(store_id) > 0
+    assert attached.status == "completed" and served.chunks(store_id) > 0 and served.postings(store_id) == 1
     served.sql("UPDATE rg_files SET expires_at = ? WHERE id = ?", int(time.time()) - 1, hour.id)
     # Expired: gone for its owner at once, like a deleted file.
     with pytest.raises(openai.NotFoundError):
@@ -352,6 +356,7 @@ def test_a_file_expires_after(served: Served) -> None:
     assert (served.data / "files" / batch.id).exists()
     assert list(client.vector_stores.files.list(store_id)) == []
     assert client.vector_stores.retrieve(store_id).file_counts.total == 0 and served.chunks(store_id) == 0
+    assert served.postings(store_id) == 0
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
