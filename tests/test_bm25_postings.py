@@ -3,7 +3,8 @@ SDK on SQLite and PostgreSQL: a restarted gateway's first search returns exactly
 before the restart returned (ids, scores and texts), loading the stored postings instead of
 tokenizing the texts (the gateway's ``responses_gateway_bm25_chunks_read_total`` counts the chunks
 taken each way); a store written by an older gateway (no stored postings) or by another tokenizer
-version is tokenized from its texts, only for those files, with the same results; detaching a file,
+version is tokenized from its texts, only for those files, with the same results, and their
+postings stored then, so the next restart tokenizes nothing; detaching a file,
 deleting a Files API file and deleting the store leave no stored postings behind (expiry:
 tests/test_vector_store_lifecycle.py)."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,17 @@ def test_a_restart_loads_the_stored_postings(served: Served) -> None:
     served.restart()
     assert _results(served.client(), store.id) == before
     assert served.reads() == {"postings": chunks - tokenized, "texts": tokenized}
+    # What was tokenized is stored (in the background, by this tokenizer): the next restart
+    # tokenizes nothing.
+    deadline = time.monotonic() + 30
+    while served.sql(
+        "SELECT COUNT(*) FROM rg_vs_bm25 WHERE vector_store_id = ? AND tokenizer = ?", store.id, TOKENIZER
+    )[0][0] != len(FILES):
+        assert time.monotonic() < deadline, "the tokenized postings were not stored"
+        time.sleep(0.1)
+    served.restart()
+    assert _results(served.client(), store.id) == before
+    assert served.reads() == {"postings": chunks, "texts": 0}
 
 
 def test_stored_postings_go_with_their_chunks(served: Served) -> None:

@@ -28,7 +28,7 @@ from responses_gateway.retrieval.keyword_index import (
 )
 from responses_gateway.store import database_for_url, open_store
 from responses_gateway.store.db import Database
-from responses_gateway.store.vector_stores import KeywordChanges, VectorStoreTables
+from responses_gateway.store.vector_stores import KeywordChanges, StoredPostings, VectorStoreTables
 from test_store_services import fresh_pg_database
 
 OWNER = "alice"
@@ -64,6 +64,9 @@ class TextsOnly(VectorStoreTables):
 
     async def keyword_changes(self, store_id: str, known: Set[SegmentKey], tokenizer: int) -> KeywordChanges:
         return await super().keyword_changes(store_id, known, TOKENIZER + 1000)
+
+    async def store_postings(self, store_id: str, part: StoredPostings, tokenizer: int) -> bool:
+        return False  # a reference: it leaves the database as it is
 
 
 def _chunks(topic: str, size: int) -> list[str]:
@@ -154,6 +157,14 @@ async def _scenario(url: str) -> None:
             "postings": sum(sizes.values()) - (sizes[0] + sizes[8] + sizes[9]),
         }
         assert tables.read == sizes[0] + sizes[8] + sizes[9]
+        # Those three are stored now, made by this tokenizer: no process tokenizes them again.
+        await index.idle()
+        assert await _stored_rows(store.db, "vs_1") == 10
+        async with store.db.transaction() as tx:
+            versions = await tx.fetch(
+                "SELECT DISTINCT tokenizer FROM rg_vs_bm25 WHERE vector_store_id = 'vs_1'"
+            )
+        assert list(versions) == [(TOKENIZER,)]
         # One more file: only its chunks are read, and the scores still match a whole build
         # (before the background has brought the old segment's weights to the new mean).
         tables.read = tables.stored = 0
@@ -190,16 +201,16 @@ async def _scenario(url: str) -> None:
         await same()
         await index.idle()
         await same()
-        # A restart: a fresh index tokenizes only the attachments without stored postings (file-0
-        # was re-attached with them; file-8 and file-9 are still without) and ranks the same.
+        # A restart: a fresh index tokenizes nothing (every attachment's postings are stored now) and
+        # ranks the same.
         fresh = KeywordIndex(tables)
         tables.read = tables.stored = 0
         for question in QUESTIONS:
             assert await fresh.scored("vs_1", query_terms(question), limit=20) == await index.scored(
                 "vs_1", query_terms(question), limit=20
             )
-        assert fresh.reads == {"texts": sizes[8] + sizes[9], "postings": tables.stored}
-        assert tables.read == sizes[8] + sizes[9] and tables.stored > 0
+        assert fresh.reads == {"texts": 0, "postings": tables.stored}
+        assert tables.read == 0 and tables.stored > 0
         # Restricted to some files, dead chunks never come back.
         wanted = ["file-0", "file-3", "file-12", "file-29"]
         got = await index.search("vs_1", query_terms("the statement"), limit=50, file_ids=wanted)
@@ -338,12 +349,22 @@ async def _from_version_10(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
                 await whole.aclose()
             assert len(rows) == len(texts)
             assert index.reads == {"postings": 0, "texts": len(texts)}
+            await index.idle()  # what it tokenized is stored
+            assert await _stored_rows(db, "vs_old") == 1
         finally:
             await index.aclose()
         # Written from now on: with its postings, chunk ids going on from the old ones.
         tables = VectorStoreTables(db)
         await _attach(tables, "vs_old", "g", TOPICS[1])
-        assert await _stored_rows(db, "vs_old") == 1
+        assert await _stored_rows(db, "vs_old") == 2
+        fresh, whole = KeywordIndex(tables), KeywordIndex(TextsOnly(db))
+        try:
+            got = await fresh.scored("vs_old", query_terms("the statement"), limit=5)
+            assert got and got == await whole.scored("vs_old", query_terms("the statement"), limit=5)
+            assert fresh.reads == {"postings": len(texts) + len(_chunks(TOPICS[1], 120)), "texts": 0}
+        finally:
+            await fresh.aclose()
+            await whole.aclose()
     finally:
         await db.close()
 

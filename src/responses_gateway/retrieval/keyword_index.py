@@ -137,6 +137,8 @@ class TextSource(Protocol):
         self, store_id: str, known: Set[SegmentKey], tokenizer: int
     ) -> tuple[int, list[SegmentKey], list[Stored], list[Row]]: ...
 
+    async def store_postings(self, store_id: str, part: Stored, tokenizer: int) -> bool: ...
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -214,6 +216,7 @@ class KeywordIndex:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._reads = {"postings": 0, "texts": 0}
+        self._writes: set[asyncio.Task[None]] = set()
 
     @property
     def reads(self) -> dict[str, int]:
@@ -236,7 +239,9 @@ class KeywordIndex:
             known = frozenset() if found is None else found.keys
             started = time.monotonic()
             version, listed, stored, rows = await self._source.keyword_changes(store_id, known, TOKENIZER)
-            state = await asyncio.to_thread(_caught_up, found, version, listed, stored, rows)
+            state, made = await asyncio.to_thread(_caught_up, found, version, listed, stored, rows)
+            if made:  # tokenized here: stored, so no process tokenizes them again
+                self._store(store_id, made)
             loaded_chunks = sum(len(ids) // 8 for _, ids, _ in stored)
             self._reads["postings"] += loaded_chunks
             self._reads["texts"] += len(rows)
@@ -291,9 +296,27 @@ class KeywordIndex:
                     current.version, current.keys, [m for m in made if m is not None] + kept
                 )
 
+    def _store(self, store_id: str, made: list[Stored]) -> None:
+        async def write() -> None:
+            kept = 0
+            for part in made:  # one transaction each: the store's connection is not held long
+                try:
+                    kept += await self._source.store_postings(store_id, part, TOKENIZER)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("storing the BM25 postings of %s in %s failed", part[0], store_id)
+                    return
+            log.info("BM25 postings of %d of %d attachments of %s stored", kept, len(made), store_id)
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
     async def idle(self) -> None:
-        """Wait for the background merges and weight updates to end (tests, the benchmark)."""
-        while tasks := [t for t in self._tasks.values() if not t.done()]:
+        """Wait for the background merges, weight updates and postings being stored to end (tests,
+        the benchmark)."""
+        while tasks := [t for t in [*self._tasks.values(), *self._writes] if not t.done()]:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def search(
@@ -352,7 +375,7 @@ class KeywordIndex:
             task.cancel()
 
     async def aclose(self) -> None:
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *self._writes]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -361,9 +384,10 @@ class KeywordIndex:
 
 def _caught_up(
     found: _State | None, version: int, listed: list[SegmentKey], stored: list[Stored], rows: list[Row]
-) -> _State:
-    """``found`` with the attachments no longer listed dead, and the new attachments in new segments:
-    one loaded from their ``stored`` postings, one built from the ``rows`` of those without."""
+) -> tuple[_State, list[Stored]]:
+    """``found`` with the attachments no longer listed dead, and the new attachments in a new
+    segment loaded from their ``stored`` postings and those made here of the ``rows`` of the others
+    (by attachment, as ingestion makes them); and those made here."""
     now = frozenset(listed)
     known = frozenset() if found is None else found.keys
     removed = known - now
@@ -374,19 +398,22 @@ def _caught_up(
         if kept is not None:
             segments.append(kept)
     stored = [part for part in stored if part[0] not in known]
-    rows = [row for row in rows if row[0] not in known]
-    made = 0
-    for made_now in (loaded(stored) if stored else None, build(rows) if rows else None):
-        if made_now is not None and len(made_now.ids):
-            segments.append(made_now)
-            made += 1
-    new = {part[0] for part in stored} | {row[0] for row in rows}
-    state = _state(version, (known - removed) | (now - known) | new, segments)
-    if made:  # the new segments' weights now (their size), the others' in the background
-        for n in range(len(segments) - made, len(segments)):
-            segments[n] = segments[n].with_weights(state.mean)
+    by_key: dict[SegmentKey, list[tuple[int, str]]] = {}
+    for key, chunk_id, text in rows:
+        if key not in known:
+            by_key.setdefault(key, []).append((chunk_id, text))
+    made = [
+        (key, np.array([c for c, _ in chunks], dtype="<i8").tobytes(), postings([t for _, t in chunks]))
+        for key, chunks in by_key.items()
+    ]
+    new = loaded(stored + made) if stored or made else None
+    if new is not None and len(new.ids):
+        segments.append(new)
+    state = _state(version, (known - removed) | (now - known) | {part[0] for part in stored + made}, segments)
+    if new is not None and len(new.ids):  # the new segment's weights now (its size), others' later
+        segments[-1] = new.with_weights(state.mean)
         state = replace(state, segments=tuple(segments))
-    return state
+    return state, made
 
 
 def _weighed(segments: Sequence[Segment], mean: float) -> list[Segment | None]:

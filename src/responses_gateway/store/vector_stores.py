@@ -307,6 +307,8 @@ class VectorStoreTables:
             found = await self._store(tx, owner, store_id)
             if found["expires_at"] is not None and found["expires_at"] <= created_at:
                 raise VectorStoreExpired(store_id)
+            # The attachment first, as complete_file and store_postings take it.
+            await self._lock_files(tx, store_id, file_id)
             await self._delete_chunks(tx, store_id, file_id)
             await tx.execute(
                 "DELETE FROM rg_vector_store_files WHERE vector_store_id = ? AND file_id = ?",
@@ -540,6 +542,9 @@ class VectorStoreTables:
             if postings is not None:
                 tokenizer, blob = postings
                 await tx.execute(
+                    "DELETE FROM rg_vs_bm25 WHERE vector_store_id = ? AND file_id = ?", store_id, file_id
+                )
+                await tx.execute(
                     "INSERT INTO rg_vs_bm25 (vector_store_id, file_id, ingested_version, tokenizer, "
                     "chunk_ids, postings) VALUES (?, ?, ?, ?, ?, ?)",
                     store_id,
@@ -710,6 +715,35 @@ class VectorStoreTables:
                 chunks.sort(key=lambda r: int(r[0]))
         rows = [((str(r[1]), int(r[3])), int(r[0]), str(r[2])) for r in chunks]
         return KeywordChanges((-1 if row is None else int(row[0])), keys, stored, rows)
+
+    async def store_postings(self, store_id: str, part: StoredPostings, tokenizer: int) -> bool:
+        """Store postings the keyword index made of an attachment's texts (it had none of
+        ``tokenizer``'s: an older gateway's ingestion), so no process tokenizes them again. False
+        (nothing written) when that attachment is gone: detached, re-attached, its store deleted."""
+        (file_id, ingested), chunk_ids, blob = part
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT COALESCE(ingested_version, -1) FROM rg_vector_store_files "
+                "WHERE vector_store_id = ? AND file_id = ? AND status = 'completed'" + self.db.for_update,
+                store_id,
+                file_id,
+            )
+            if row is None or int(row[0]) != ingested:
+                return False
+            await tx.execute(
+                "DELETE FROM rg_vs_bm25 WHERE vector_store_id = ? AND file_id = ?", store_id, file_id
+            )
+            await tx.execute(
+                "INSERT INTO rg_vs_bm25 (vector_store_id, file_id, ingested_version, tokenizer, chunk_ids, "
+                "postings) VALUES (?, ?, ?, ?, ?, ?)",
+                store_id,
+                file_id,
+                ingested,
+                tokenizer,
+                chunk_ids,
+                blob,
+            )
+        return True
 
     @staticmethod
     async def _by_file(
