@@ -44,6 +44,7 @@ common words down, and keeping them measured better (docs/file-search.md).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import re
@@ -85,6 +86,8 @@ _INLINE_ROWS = 20_000
 # Past this many segments the small ones are merged in the background; a segment whose dead chunks
 # pass this share is rewritten without them.
 MAX_SEGMENTS = 2
+# A new segment's weights are computed on the search path up to this many postings (~8k chunks).
+_INLINE_WEIGHTS = 1_000_000
 _DEAD_SHARE = 0.2
 SegmentKey = tuple[str, int]  # file id, the store version its ingestion set
 # The version of ``tokenize`` and of the ``postings`` encoding, stored with each blob: change it with
@@ -410,7 +413,9 @@ def _caught_up(
     if new is not None and len(new.ids):
         segments.append(new)
     state = _state(version, (known - removed) | (now - known) | {part[0] for part in stored + made}, segments)
-    if new is not None and len(new.ids):  # the new segment's weights now (its size), others' later
+    if new is not None and 0 < len(new.docs) <= _INLINE_WEIGHTS:
+        # A small new segment's weights now; a large one's (a whole store: the first search) and the
+        # others' in the background, the query's terms' computed meanwhile.
         segments[-1] = new.with_weights(state.mean)
         state = replace(state, segments=tuple(segments))
     return state, made
@@ -535,9 +540,8 @@ def loaded(parts: Sequence[Stored]) -> Segment:
         counts.append(np.frombuffer(blob, _WIDTHS[count], n_postings, at))
         at += count * n_postings
         words = blob[at:].decode("utf-8").split("\n") if n_terms else []
-        block_terms.append(
-            np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for w in words), np.int64, n_terms)
-        )
+        vocabulary.update(zip([w for w in words if w not in vocabulary], itertools.count(len(vocabulary))))
+        block_terms.append(np.fromiter(map(vocabulary.__getitem__, words), np.int64, n_terms))
         block_sizes.append(np.diff(offsets))
         block_starts.append(offsets[:-1] + postings_seen)
         ids.append(ids_a.astype(np.int64))
@@ -551,7 +555,8 @@ def loaded(parts: Sequence[Stored]) -> Segment:
     order = np.argsort(terms, kind="stable")
     sizes, starts = sizes[order], starts[order]
     placed = np.cumsum(sizes) - sizes  # where each block goes
-    take = np.repeat(starts - placed, sizes) + np.arange(postings_seen, dtype=np.int64)
+    index = np.int32 if postings_seen < 1 << 31 else np.int64  # half the memory traffic
+    take = np.repeat((starts - placed).astype(index), sizes) + np.arange(postings_seen, dtype=index)
     per_term = np.zeros(len(vocabulary), dtype=np.int64)
     np.add.at(per_term, terms[order], sizes)
     offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
