@@ -367,8 +367,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
         # ---------------------------------------------------------------- recall@5
-        if args.no_recall:
-            second = []
         # Every question, and the held-out half (odd positions): the fusion's settings were chosen on
         # the even positions only (docs/file-search.md, Measured).
         recall: dict[str, dict[str, float]] = {}
@@ -588,7 +586,6 @@ def main() -> None:
         "read from) this .npz file, so latency runs skip the ingestion",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
-    parser.add_argument("--no-recall", action="store_true", help="ingestion and latency only")
     parser.add_argument("--json")
     parser.add_argument(
         "--chunking", default="250,50", help="static chunking SIZE,OVERLAP in cl100k tokens (default 250,50)"
