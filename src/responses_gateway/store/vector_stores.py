@@ -685,12 +685,7 @@ class VectorStoreTables:
         ordered by id. A key names the same chunks for good."""
         async with self.db.transaction() as tx:
             row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
-            files = await tx.fetch(
-                "SELECT file_id, COALESCE(ingested_version, -1) FROM rg_vector_store_files "
-                "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
-                store_id,
-            )
-            keys = [(str(f[0]), int(f[1])) for f in files]
+            keys = await self._attachments(tx, store_id)
             wanted = {key for key in keys if key not in known}
             stored: list[StoredPostings] = []
             if wanted:
@@ -746,6 +741,17 @@ class VectorStoreTables:
         return True
 
     @staticmethod
+    async def _attachments(tx: Tx, store_id: str) -> list[SegmentKey]:
+        """The key of every completed attachment of the store, by file id: (file id, the
+        ``ingested_version`` that wrote its chunks, -1 for files completed before that column)."""
+        files = await tx.fetch(
+            "SELECT file_id, COALESCE(ingested_version, -1) FROM rg_vector_store_files "
+            "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
+            store_id,
+        )
+        return [(str(f[0]), int(f[1])) for f in files]
+
+    @staticmethod
     async def _by_file(
         tx: Tx, query: str, args: list[Any], wanted: Set[SegmentKey], listed: int, prefix: str = ""
     ) -> list[Any]:
@@ -764,7 +770,7 @@ class VectorStoreTables:
     async def vector_changes(
         self, store_id: str, known: Set[SegmentKey]
     ) -> tuple[int, list[SegmentKey], list[tuple[SegmentKey, int, bytes]]]:
-        """What the in-memory vector index needs to catch up (``text_changes``' twin): the store's
+        """What the in-memory vector index needs to catch up (``keyword_changes``' twin): the store's
         version (-1: the store is gone), the key of every completed attachment, and the chunks
         (key, id, vector bytes) of the listed attachments not in ``known``, ordered by id.
 
@@ -776,12 +782,7 @@ class VectorStoreTables:
             row = await tx.fetchone("SELECT version FROM rg_vector_stores WHERE id = ?", store_id)
             if row is None:
                 return -1, [], []
-            files = await tx.fetch(
-                "SELECT file_id, COALESCE(ingested_version, -1) FROM rg_vector_store_files "
-                "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
-                store_id,
-            )
-            keys = [(str(f[0]), int(f[1])) for f in files]
+            keys = await self._attachments(tx, store_id)
             wanted = {key for key in keys if key not in known}
             query = (
                 "SELECT c.id, c.file_id, c.embedding, COALESCE(f.ingested_version, -1) FROM rg_vs_chunks c "
@@ -789,14 +790,8 @@ class VectorStoreTables:
                 "AND f.file_id = c.file_id WHERE c.vector_store_id = ?"
             )
             found: list[Any] = []
-            if wanted and len(wanted) == len(keys):
-                found = list(await tx.fetch(query + " ORDER BY c.id", store_id))
-            elif wanted:
-                names = sorted(key[0] for key in wanted)
-                for start in range(0, len(names), 500):
-                    part = names[start : start + 500]
-                    marks = ", ".join("?" * len(part))
-                    found += await tx.fetch(query + f" AND c.file_id IN ({marks})", store_id, *part)
+            if wanted:
+                found = await self._by_file(tx, query, [store_id], wanted, len(keys), prefix="c.")
                 found.sort(key=lambda r: int(r[0]))
         rows = [((str(r[1]), int(r[3])), int(r[0]), bytes(r[2])) for r in found]
         return int(row[0]), keys, [r for r in rows if r[0] in wanted]
