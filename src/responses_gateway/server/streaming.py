@@ -645,6 +645,16 @@ class SSESink(_Relay):
         self.receive: Receive | None = receive
 
     @property
+    def response(self) -> JSON | None:
+        """The run's Response as it stands (once the run has begun)."""
+        return self._builder.response if self._builder is not None else None
+
+    @property
+    def stopped_by(self) -> str | None:
+        """The stop sequence that ended the run's output, if one did (``StreamBuilder.stopped_by``)."""
+        return self._builder.stopped_by if self._builder is not None else None
+
+    @property
     def refusable(self) -> bool:
         return not self._started
 
