@@ -10,8 +10,6 @@ tests/test_vector_store_lifecycle.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import Gateway, start_gateway
+from direct_sql import sql
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.retrieval.keyword_index import TOKENIZER
 from test_store_services import fresh_pg_database
@@ -85,23 +84,7 @@ class Served:
         }
 
     def sql(self, statement: str, *args: Any) -> list[tuple[Any, ...]]:
-        if self.url.startswith("sqlite://"):
-            with sqlite3.connect(self.url[len("sqlite://") :], timeout=30) as conn:
-                return conn.execute(statement, args).fetchall()
-
-        async def run() -> list[tuple[Any, ...]]:
-            import asyncpg
-
-            conn = await asyncpg.connect(self.url)
-            try:
-                marked = statement
-                for n in range(1, len(args) + 1):
-                    marked = marked.replace("?", f"${n}", 1)
-                return [tuple(r) for r in await conn.fetch(marked, *args)]
-            finally:
-                await conn.close()
-
-        return asyncio.run(run())
+        return sql(self.url, statement, *args)
 
     def count(self, table: str, store_id: str, file_id: str | None = None) -> int:
         where, args = "vector_store_id = ?", [store_id]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import openai
 import pytest
 
 from conftest import Gateway, start_gateway
+from direct_sql import sql
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.store import database_for_url
 from responses_gateway.store.db import Database
@@ -90,23 +90,7 @@ class Served:
 
     # ---------------------------------------------------------------- the database, directly
     def sql(self, statement: str, *args: Any) -> list[tuple[Any, ...]]:
-        if self.url.startswith("sqlite://"):
-            with sqlite3.connect(self.url[len("sqlite://") :], timeout=30) as conn:
-                return conn.execute(statement, args).fetchall()
-
-        async def run() -> list[tuple[Any, ...]]:
-            import asyncpg
-
-            conn = await asyncpg.connect(self.url)
-            try:
-                marked = statement
-                for n in range(1, len(args) + 1):
-                    marked = marked.replace("?", f"${n}", 1)
-                return [tuple(r) for r in await conn.fetch(marked, *args)]
-            finally:
-                await conn.close()
-
-        return asyncio.run(run())
+        return sql(self.url, statement, *args)
 
     def age(self, store_id: str, seconds: int) -> None:
         """Move the store's last use ``seconds`` into the past (its expiry with it)."""
