@@ -6,7 +6,8 @@ scores exactly 1, every listed chunk scores in (0, 1], and a side weighted 0 add
 need not be computed). Best first, ties by chunk id (the same order on every back end).
 
 Kept as the default after the alternatives in docs/file-search.md ("Measured", "Fusion") were
-chosen on half of a labelled question set and none beat vectors alone on the other half.
+chosen on half of a labelled question set and none beat vectors alone on the other half; with
+chunks in cl100k tokens the same choosing rule picks this one ("All merged, evening").
 """
 
 from __future__ import annotations
