@@ -166,6 +166,28 @@ def test_a_restart_loads_the_stored_postings(served: Served) -> None:
     assert _results(served.client(), store.id) == before
     assert served.reads() == {"postings": chunks, "texts": 0}
 
+    # A damaged row (charlie's blob cut short): dropped, its texts tokenized, the same results; its
+    # postings are stored again, whole.
+    whole = served.sql(
+        "SELECT postings FROM rg_vs_bm25 WHERE vector_store_id = ? AND file_id = ?", store.id, ids["charlie"]
+    )[0][0]
+    served.sql(
+        "UPDATE rg_vs_bm25 SET postings = ? WHERE vector_store_id = ? AND file_id = ?",
+        bytes(whole)[: len(whole) // 2],
+        store.id,
+        ids["charlie"],
+    )
+    damaged = served.count("rg_vs_chunks", store.id, ids["charlie"])
+    served.restart()
+    assert _results(served.client(), store.id) == before
+    assert served.reads() == {"postings": chunks - damaged, "texts": damaged}
+    deadline = time.monotonic() + 30
+    while served.sql(
+        "SELECT postings FROM rg_vs_bm25 WHERE vector_store_id = ? AND file_id = ?", store.id, ids["charlie"]
+    ) != [(whole,)]:
+        assert time.monotonic() < deadline, "the damaged postings were not stored again"
+        time.sleep(0.1)
+
 
 def test_stored_postings_go_with_their_chunks(served: Served) -> None:
     client = served.client()

@@ -22,6 +22,7 @@ from responses_gateway.retrieval.keyword_index import (
     KeywordIndex,
     SegmentKey,
     build,
+    intact,
     loaded,
     postings,
     query_terms,
@@ -375,3 +376,23 @@ def test_a_version_10_database_sqlite(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_a_version_10_database_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
     asyncio.run(_from_version_10(fresh_pg_database("rg_keyword_index_v10"), monkeypatch))
+
+
+def test_a_damaged_blob_does_not_read_back() -> None:
+    texts = _chunks(TOPICS[0], 40)
+    ids = np.arange(len(texts), dtype="<i8").tobytes()
+    blob = postings(texts)
+    key = ("f", 1)
+    assert intact((key, ids, blob))
+    # Cut short, a byte of the header or of the counts changed, chunk ids that do not match, terms
+    # that are not UTF-8: each would make ``loaded`` fail or read garbage.
+    for bad_ids, bad_blob in [
+        (ids, blob[:-3]),
+        (ids, blob[: len(blob) // 2]),
+        (ids, b"XXXX" + blob[4:]),
+        (ids[:-8], blob),
+        (ids, blob[:-1] + b"\xff"),
+        (ids, blob[:4] + (10**6).to_bytes(4, "little") + blob[8:]),
+        (ids, b""),
+    ]:
+        assert not intact((key, bad_ids, bad_blob))

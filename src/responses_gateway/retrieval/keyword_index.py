@@ -52,6 +52,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, replace
@@ -70,6 +71,7 @@ __all__ = [
     "Segment",
     "SegmentKey",
     "build",
+    "intact",
     "loaded",
     "postings",
     "query_terms",
@@ -91,11 +93,13 @@ _INLINE_WEIGHTS = 1_000_000
 _DEAD_SHARE = 0.2
 SegmentKey = tuple[str, int]  # file id, the store version its ingestion set
 # The version of ``tokenize`` and of the ``postings`` encoding, stored with each blob: change it with
-# either, and stored postings of the old one are ignored (the texts are tokenized again).
-TOKENIZER = 1
+# either, and stored postings of the old one are ignored (the texts are tokenized again). 2: the
+# blob ends with its CRC-32.
+TOKENIZER = 2
 # A blob: magic, chunks, terms, postings, the byte widths of a posting's chunk position and count;
 # then each chunk's length (uint32), the terms' offsets (uint32), the positions, the counts, and the
-# terms themselves (UTF-8, newline-separated: a term is a run of word characters).
+# terms themselves (UTF-8, newline-separated: a term is a run of word characters), and the CRC-32
+# of all that (uint32), so a damaged row is noticed (``intact``) rather than read as other terms.
 _BLOB = struct.Struct("<4sIIIBB")
 _MAGIC = b"BM25"
 _WIDTHS: dict[int, str] = {1: "<u1", 2: "<u2", 4: "<u4"}
@@ -141,6 +145,8 @@ class TextSource(Protocol):
     ) -> tuple[int, list[SegmentKey], list[Stored], list[Row]]: ...
 
     async def store_postings(self, store_id: str, part: Stored, tokenizer: int) -> bool: ...
+
+    async def drop_postings(self, store_id: str, keys: Sequence[SegmentKey]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -241,7 +247,22 @@ class KeywordIndex:
                 return found
             known = frozenset() if found is None else found.keys
             started = time.monotonic()
-            version, listed, stored, rows = await self._source.keyword_changes(store_id, known, TOKENIZER)
+            for attempt in range(2):
+                version, listed, stored, rows = await self._source.keyword_changes(store_id, known, TOKENIZER)
+                damaged = [part[0] for part in stored if not intact(part)]
+                if not damaged:
+                    break
+                if attempt:
+                    raise ValueError(f"the stored postings of {store_id} were damaged again")
+                # A stored blob that does not read back (a damaged row): dropped, so its texts are
+                # read instead and its postings made and stored again.
+                log.warning(
+                    "BM25 index of %s: the stored postings of %d attachment(s) do not read back; "
+                    "dropped, their texts are tokenized again",
+                    store_id,
+                    len(damaged),
+                )
+                await self._source.drop_postings(store_id, damaged)
             state, made = await asyncio.to_thread(_caught_up, found, version, listed, stored, rows)
             if made:  # tokenized here: stored, so no process tokenizes them again
                 self._store(store_id, made)
@@ -503,7 +524,7 @@ def postings(texts: Sequence[str]) -> bytes:
     position = 2 if n <= 1 << 16 else 4
     count = 1 if int(segment.counts.max(initial=0)) < 256 else 2
     terms = "\n".join(segment.vocabulary).encode("utf-8")
-    return b"".join(
+    body = b"".join(
         [
             _BLOB.pack(_MAGIC, n, len(segment.vocabulary), len(segment.docs), position, count),
             segment.lengths.astype("<u4").tobytes(),
@@ -513,6 +534,36 @@ def postings(texts: Sequence[str]) -> bytes:
             terms,
         ]
     )
+    return body + zlib.crc32(body).to_bytes(4, "little")
+
+
+def intact(part: Stored) -> bool:
+    """Whether a stored blob reads back whole: its header, sizes, chunk positions and terms agree
+    with each other and with its chunk ids (what ``loaded`` relies on)."""
+    _, chunk_ids, blob = part
+    if len(blob) < _BLOB.size + 4 or len(chunk_ids) % 8:
+        return False
+    if zlib.crc32(memoryview(blob)[:-4]) != int.from_bytes(blob[-4:], "little"):
+        return False
+    blob = blob[:-4]
+    magic, n, n_terms, n_postings, position, count = _BLOB.unpack_from(blob)
+    if magic != _MAGIC or n != len(chunk_ids) // 8 or position not in _WIDTHS or count not in _WIDTHS:
+        return False
+    at = _BLOB.size + 4 * n
+    terms_at = at + 4 * (n_terms + 1) + (position + count) * n_postings
+    if terms_at > len(blob):
+        return False
+    offsets = np.frombuffer(blob, "<u4", n_terms + 1, at).astype(np.int64)
+    if offsets[0] != 0 or offsets[-1] != n_postings or bool(np.any(np.diff(offsets) < 0)):
+        return False
+    positions = np.frombuffer(blob, _WIDTHS[position], n_postings, at + 4 * (n_terms + 1))
+    if n_postings and int(positions.max()) >= n:
+        return False
+    try:
+        words = blob[terms_at:].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return len(words.split("\n")) == n_terms if n_terms else not words
 
 
 def loaded(parts: Sequence[Stored]) -> Segment:
@@ -539,7 +590,7 @@ def loaded(parts: Sequence[Stored]) -> Segment:
         at += position * n_postings
         counts.append(np.frombuffer(blob, _WIDTHS[count], n_postings, at))
         at += count * n_postings
-        words = blob[at:].decode("utf-8").split("\n") if n_terms else []
+        words = blob[at:-4].decode("utf-8").split("\n") if n_terms else []
         vocabulary.update(zip([w for w in words if w not in vocabulary], itertools.count(len(vocabulary))))
         block_terms.append(np.fromiter(map(vocabulary.__getitem__, words), np.int64, n_terms))
         block_sizes.append(np.diff(offsets))

@@ -740,6 +740,19 @@ class VectorStoreTables:
             )
         return True
 
+    async def drop_postings(self, store_id: str, keys: Sequence[SegmentKey]) -> None:
+        """Delete the stored postings of these attachments (damaged: the keyword index reads their
+        texts instead, then stores them again through ``store_postings``)."""
+        async with self.db.transaction() as tx:
+            for file_id, ingested in keys:
+                await tx.execute(
+                    "DELETE FROM rg_vs_bm25 WHERE vector_store_id = ? AND file_id = ? "
+                    "AND ingested_version = ?",
+                    store_id,
+                    file_id,
+                    ingested,
+                )
+
     @staticmethod
     async def _attachments(tx: Tx, store_id: str) -> list[SegmentKey]:
         """The key of every completed attachment of the store, by file id: (file id, the
