@@ -51,6 +51,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,20 +85,25 @@ SIDES = {
 }
 
 
+def _stdlib_sources() -> Iterator[tuple[str, Path]]:
+    """Each standard library module with a source file here (``x.py`` or ``x/__init__.py``), by name."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for module in sorted(sys.stdlib_module_names):
+        path = root / f"{module}.py"
+        if not path.exists():
+            path = root / module / "__init__.py"
+        if path.exists():
+            yield module, path
+
+
 def stdlib_corpus(limit: int | None) -> list[tuple[str, str, str]]:
     """A second labelled set, never used to choose anything: the standard library's module
     docstrings (read from the source files, nothing imported). The question is a docstring's first
     line (``Heap queue algorithm (a.k.a. priority queue)``), the document the rest of it; kept when
     the first line has 3 words or more and the rest 400 characters or more."""
-    root = Path(sysconfig.get_paths()["stdlib"])
     seen: set[str] = set()
     out = []
-    for module in sorted(sys.stdlib_module_names):
-        path = root / f"{module}.py"
-        if not path.exists():
-            path = root / module / "__init__.py"
-        if not path.exists():
-            continue
+    for module, path in _stdlib_sources():
         try:
             doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
         except (SyntaxError, UnicodeDecodeError, ValueError):
@@ -122,14 +128,8 @@ def identifier_corpus(limit: int | None) -> tuple[list[tuple[str, str]], list[tu
     document is, per function, ``def NAME(ARGS):`` and its docstring. One question per function
     whose name is kept in one module only: ``What does NAME() do?``, answered by that module's
     document. Returns (file name, document) and (file name, question)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
     modules: list[tuple[str, list[tuple[str, str]]]] = []
-    for module in sorted(sys.stdlib_module_names):
-        path = root / f"{module}.py"
-        if not path.exists():
-            path = root / module / "__init__.py"
-        if not path.exists():
-            continue
+    for module, path in _stdlib_sources():
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
