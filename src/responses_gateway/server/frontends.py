@@ -16,11 +16,10 @@ from typing import Any
 
 import orjson
 
-from ..protocol.builder import StreamBuilder
 from ..protocol.request import ResponseRequest
 from ..store import Store
 from .errors import HTTPError
-from .streaming import Direct, Frames, Record, Sink, SSESink, answer_whole
+from .streaming import Direct, Frames, JSONSink, Sink, SSESink
 from .types import Receive, Send
 
 __all__ = ["DialectClient", "DialectSink", "DialectStream", "Frames", "renamed", "sse_data", "sse_event"]
@@ -65,70 +64,17 @@ class DialectStream(SSESink):
         )
 
 
-class DialectSink:
-    """One run's client in another dialect, not streamed: it behaves as ``JSONSink``: a failed
-    Response is an :class:`HTTPError` (the caller renders it in its dialect), anything else one body,
-    ``body(response)``."""
+class DialectSink(JSONSink):
+    """One run's client in another dialect, not streamed: :class:`~.streaming.JSONSink` with the
+    dialect's ``body(response)`` for the one body; a failed Response is an :class:`HTTPError` (the
+    caller renders it in its dialect)."""
 
-    detached = False
-    fails_refused = True
+    __slots__ = ()
 
     def __init__(
         self, send: Send, receive: Receive, *, body: Callable[[JSON], bytes], seal: Seal = _identity
     ) -> None:
-        self._send = send
-        self.receive: Receive | None = receive
-        self._body = body
-        self._seal = seal
-        self._builder: StreamBuilder | None = None
-        self._yielded = False
-
-    @property
-    def response(self) -> JSON | None:
-        """The run's Response as it stands (once the run has begun)."""
-        return self._builder.response if self._builder is not None else None
-
-    @property
-    def stopped_by(self) -> str | None:
-        """The stop sequence that ended the run's output, if one did (``StreamBuilder.stopped_by``)."""
-        return self._builder.stopped_by if self._builder is not None else None
-
-    @property
-    def refusable(self) -> bool:
-        return not self._yielded
-
-    def open(self, builder: StreamBuilder, record: Record) -> None:
-        self._builder = builder
-
-    async def deliver(self, events: list[JSON]) -> None:
-        self._yielded = True
-
-    def quiet(self) -> None:
-        return None
-
-    async def end(self, events: list[JSON]) -> None:
-        return None
-
-    async def done(self, error: HTTPError | None) -> None:
-        if error is not None:
-            raise error
-        assert self._builder is not None
-        await answer_whole(self._send, self._builder, self._seal, self._body)
-
-    async def stopped(self, tail: list[JSON], gone: bool) -> None:
-        if gone:
-            return
-        builder = self._builder
-        failure = (builder.response.get("error") if builder is not None else None) or {}
-        code = failure.get("code")
-        raise HTTPError(
-            409 if code == "response_deleted" else 400,
-            failure.get("message") or "The response was stopped.",
-            code=code,
-        ) from None
-
-    def close(self) -> None:
-        return None
+        super().__init__(send, receive, seal=seal, body=body)
 
 
 class DialectClient:

@@ -752,17 +752,35 @@ class JSONSink:
     a failure is refused outright, and nothing is stored.
     """
 
-    __slots__ = ("_builder", "_seal", "_send", "_yielded", "receive")
+    __slots__ = ("_body", "_builder", "_seal", "_send", "_yielded", "receive")
 
     detached = False
     fails_refused = True
 
-    def __init__(self, send: Send, receive: Receive, *, seal: Seal = _identity) -> None:
+    def __init__(
+        self,
+        send: Send,
+        receive: Receive,
+        *,
+        seal: Seal = _identity,
+        body: Callable[[JSON], bytes] = orjson.dumps,
+    ) -> None:
         self._send = send
         self.receive: Receive | None = receive
         self._seal = seal
+        self._body = body
         self._builder: StreamBuilder | None = None
         self._yielded = False
+
+    @property
+    def response(self) -> JSON | None:
+        """The run's Response as it stands (once the run has begun)."""
+        return self._builder.response if self._builder is not None else None
+
+    @property
+    def stopped_by(self) -> str | None:
+        """The stop sequence that ended the run's output, if one did (``StreamBuilder.stopped_by``)."""
+        return self._builder.stopped_by if self._builder is not None else None
 
     @property
     def refusable(self) -> bool:
@@ -784,7 +802,7 @@ class JSONSink:
         if error is not None:
             raise error
         assert self._builder is not None
-        await answer_whole(self._send, self._builder, self._seal, orjson.dumps)
+        await answer_whole(self._send, self._builder, self._seal, self._body)
 
     async def stopped(self, tail: list[JSON], gone: bool) -> None:
         builder = self._builder
