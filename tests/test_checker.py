@@ -12,6 +12,7 @@ import pytest
 from fixtures_loader import list_fixtures, load_fixture
 from responses_gateway.protocol import EventStreamDecoder, StreamBuilder, new_response
 from responses_gateway.protocol.checker import (
+    PROFILES,
     RULES,
     SPEC_EVENTS,
     SPEC_RESPONSE_FIELDS,
@@ -535,3 +536,47 @@ def test_truncated_wavetermdev_recording_is_clean_once_terminated() -> None:
     decoder = EventStreamDecoder()
     events = decoder.feed(load_fixture(name) + b"\n\n")  # type: ignore[operator]
     assert check(events + decoder.flush()) == []
+
+
+class _FullPathOnly(StreamChecker):
+    """The checker with its delta fast path turned off: every event through the general rules."""
+
+    def _fast_delta(self, event: dict[str, Any], fast: Any) -> bool:
+        return False
+
+
+_DELTA_EDITS: list[Callable[[dict[str, Any]], None]] = [
+    set_path("sequence_number", value=True),
+    set_path("sequence_number", value=10_000),
+    set_path("item_id", value="nope"),
+    set_path("item_id", value=7),
+    set_path("output_index", value=9),
+    set_path("output_index", value=False),
+    set_path("content_index", value=5),
+    set_path("summary_index", value=5),
+    set_path("delta", value=None),
+    lambda event: event.pop("delta", None),
+    lambda event: event.pop("content_index", None),
+]
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("name", [*(n for n in list_fixtures() if n.endswith(".sse")), "builder"])
+def test_the_delta_fast_path_says_what_the_full_rules_say(name: str, profile: str) -> None:
+    """Each delta of real recordings, edited one way at a time, or moved after its part's done, is
+    judged the same with and without the fast path: same violations, in the same order."""
+    clean = builder_stream() if name == "builder" else events_of(name)
+    deltas = [i for i, e in enumerate(clean) if isinstance(e, dict) and str(e.get("type")).endswith(".delta")]
+    variants: list[Events] = [clean]
+    types = [e.get("type") for e in clean if isinstance(e, dict)]
+    if "response.output_text.delta" in types and types.count("response.output_item.done") > 1:
+        variants.append(move_delta_after_done(copy.deepcopy(clean)))
+    for n, at in enumerate(deltas[:: max(1, len(deltas) // 6)]):
+        variant = copy.deepcopy(clean)
+        _DELTA_EDITS[n % len(_DELTA_EDITS)](variant[at])
+        variants.append(variant)
+    for events in variants:
+        fast, full = StreamChecker(profile), _FullPathOnly(profile)
+        got = [fast.feed(copy.deepcopy(e)) for e in events] + [fast.finish()]
+        want = [full.feed(copy.deepcopy(e)) for e in events] + [full.finish()]
+        assert got == want
