@@ -133,7 +133,11 @@ class SSEDecoder:
         self.truncated = False
 
     def feed(self, data: bytes) -> list[SSEMessage]:
-        """Consume a chunk of the stream and return the events it completes."""
+        """Consume a chunk of the stream and return the events it completes.
+
+        Byte searches here use ``find``, not ``in``: on CPython 3.11 ``bytes.__contains__`` first tries
+        its argument as an integer, raising and clearing a formatted TypeError every time.
+        """
         if not data:
             return []
         if self._skip_lf:
@@ -151,7 +155,7 @@ class SSEDecoder:
             self._bom_checked = True
             if data.startswith(_BOM):
                 data = data[3:]
-        if b"\n" not in data and b"\r" not in data:
+        if data.find(b"\n") < 0 and data.find(b"\r") < 0:
             # Still inside one line (a long JSON payload arriving in many chunks): keep the pieces and
             # join once, so a multi-megabyte line costs linear time, not quadratic.
             self._tail.append(data)
@@ -164,7 +168,7 @@ class SSEDecoder:
             buf = b"".join(self._tail)
         else:
             buf = data
-        if b"\r" in buf:
+        if buf.find(b"\r") >= 0:
             if buf[-1] == 0x0D:
                 self._skip_lf = True
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -178,7 +182,7 @@ class SSEDecoder:
             rest = blocks.pop()
         out: list[SSEMessage] = []
         for block in blocks:
-            if block[:6] == b"data: " and b"\n" not in block:
+            if block[:6] == b"data: " and block.find(b"\n") < 0:
                 out.append(SSEMessage("message", block[6:].decode("utf-8", "replace"), self.last_event_id))
                 continue
             if block[:7] == b"event: ":
