@@ -30,14 +30,17 @@ test: $(STAMP)
 	scripts/sandbox-deps.sh
 	scripts/browser-deps.sh
 	scripts/terminal-deps.sh
+	scripts/bench-deps.sh
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # The gateway-overhead benchmark (issue 5): mock upstream, bare relay, the gateway, LiteLLM, side by side.
 bench: $(STAMP)
+	scripts/bench-deps.sh
 	$(BIN)/python bench/protocol.py
 	$(BIN)/python bench/compiled.py
+	$(BIN)/python bench/instructions.py
 	$(BIN)/python bench/gateway_overhead.py
 
 bench-quick: $(STAMP)
