@@ -35,6 +35,8 @@ import weakref
 from typing import Any, cast
 
 import orjson
+from uvicorn.logging import TRACE_LOG_LEVEL
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from .types import Receive, Scope, Send
@@ -148,6 +150,22 @@ def body_writer(scope: Scope) -> BodyWriter | None:
     return writer if isinstance(writer, BodyWriter) else None
 
 
+def _local_address(info: Any) -> tuple[str, int | None] | None:
+    """The scope's ``server`` from a transport's ``sockname`` (as uvicorn's ``get_local_addr``)."""
+    if isinstance(info, tuple | list) and len(info) >= 2:
+        return (str(info[0]), int(info[1]))
+    if isinstance(info, str):
+        return (info, None)
+    return None
+
+
+def _remote_address(info: Any) -> tuple[str, int] | None:
+    """The scope's ``client`` from a transport's ``peername`` (as uvicorn's ``get_remote_addr``)."""
+    if isinstance(info, tuple | list) and len(info) >= 2:
+        return (str(info[0]), int(info[1]))
+    return None
+
+
 class GatewayHttpProtocol(HttpToolsProtocol):
     """See the module docstring. Settings are class attributes: :meth:`configured` makes a subclass."""
 
@@ -225,7 +243,20 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     # -- protocol ---------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # uvicorn's own, but with the two addresses read through ``get_extra_info("sockname")`` and
+        # ``("peername")``: uvicorn asks for ``get_extra_info("socket")`` first, for which uvloop
+        # builds a socket object per connection (~10 µs a connection against ~1.5 µs, measured). The
+        # scope's ``server`` and ``client`` are the same: (host, port) of any IP family, a Unix
+        # socket's path with no port for ``server``, None for what has no address.
+        self.connections.add(self)
+        self.transport = transport
+        self.flow = FlowControl(transport)
+        self.server = _local_address(transport.get_extra_info("sockname"))
+        self.client = _remote_address(transport.get_extra_info("peername"))
+        self.scheme = "https" if transport.get_extra_info("sslcontext") else "http"
+        if self.logger.level <= TRACE_LOG_LEVEL:
+            prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
+            self.logger.log(TRACE_LOG_LEVEL, "%sHTTP connection made", prefix)
         self._seen_bytes = False
         self._arm("head", self.head_timeout)
 
