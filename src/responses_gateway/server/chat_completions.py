@@ -35,7 +35,7 @@ from ..protocol.request import RequestError
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
 from .frontends import JSON, DialectClient, DialectSink, DialectStream, Seal, renamed, sse_data
-from .http_protocol import body_writer
+from .http_protocol import body_writer, client_gone
 from .request_log import RequestLog
 from .responses import Prepared, ResponsesAPI
 from .router import Router
@@ -210,12 +210,14 @@ class ChatCompletionsAPI:
                         keepalive=KEEPALIVE_COMMENT if config.keepalive != "off" else None,
                         interval=config.keepalive_interval,
                         direct=body_writer(scope),
+                        gone=client_gone(scope),
                     )
                 return DialectSink(
                     send,
                     receive,
                     body=lambda response: orjson.dumps(completion_from_response(response, options)),
                     seal=seal,
+                    gone=client_gone(scope),
                 )
 
             await self.responses.run(ready, DialectClient(make), line)

@@ -19,6 +19,7 @@ import orjson
 from ..protocol.request import ResponseRequest
 from ..store import Store
 from .errors import HTTPError
+from .http_protocol import ClientGone
 from .streaming import Direct, Frames, JSONSink, Sink, SSESink
 from .types import Receive, Send
 
@@ -51,6 +52,7 @@ class DialectStream(SSESink):
         keepalive: bytes | None = None,
         interval: float = 10.0,
         direct: Direct | None = None,
+        gone: ClientGone | None = None,
     ) -> None:
         super().__init__(
             send,
@@ -61,6 +63,7 @@ class DialectStream(SSESink):
             direct=direct,
             frames=frames,
             keepalive_body=keepalive or b"",
+            gone=gone,
         )
 
 
@@ -72,9 +75,15 @@ class DialectSink(JSONSink):
     __slots__ = ()
 
     def __init__(
-        self, send: Send, receive: Receive, *, body: Callable[[JSON], bytes], seal: Seal = _identity
+        self,
+        send: Send,
+        receive: Receive,
+        *,
+        body: Callable[[JSON], bytes],
+        seal: Seal = _identity,
+        gone: ClientGone | None = None,
     ) -> None:
-        super().__init__(send, receive, seal=seal, body=body)
+        super().__init__(send, receive, seal=seal, body=body, gone=gone)
 
 
 class DialectClient:

@@ -26,12 +26,17 @@ chunked framing, not complete, the client still there, the socket not backed up)
 returns False so the caller uses the ASGI ``send`` (which waits for a backed-up socket, ignores a gone
 client and completes the response). Same bytes on the wire either way; per event it saves the ASGI
 message, the coroutine and uvicorn's checks.
+
+And ``scope["extensions"][CLIENT_GONE]``, a :class:`ClientGone`: a callback called when the client
+disconnects before its response is complete, exactly when uvicorn's ``receive()`` would return
+``http.disconnect``; it spares a request the task that would otherwise wait in ``receive()`` for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from typing import Any, cast
 
 import orjson
@@ -43,12 +48,15 @@ from .types import Receive, Scope, Send
 
 __all__ = [
     "BODY_WRITER",
+    "CLIENT_GONE",
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_HEAD_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
     "BodyWriter",
+    "ClientGone",
     "GatewayHttpProtocol",
     "body_writer",
+    "client_gone",
 ]
 
 DEFAULT_HEAD_TIMEOUT = 10.0
@@ -57,6 +65,8 @@ DEFAULT_MAX_CONNECTIONS = 8192
 
 # The scope extension under which a request finds its :class:`BodyWriter`.
 BODY_WRITER = "responses_gateway.body_writer"
+# The scope extension under which a request finds its :class:`ClientGone`.
+CLIENT_GONE = "responses_gateway.client_gone"
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 503: b"Service Unavailable"}
 
@@ -166,6 +176,49 @@ def _remote_address(info: Any) -> tuple[str, int] | None:
     return None
 
 
+class ClientGone:
+    """One request's disconnect signal, by callback (see the module docstring).
+
+    ``watch(callback)``: ``callback()`` is called once, from the connection's ``connection_lost``, if
+    the client goes away before the response is complete (when uvicorn marks the request
+    disconnected and its ``receive()`` would return ``http.disconnect``), or soon (``call_soon``) if
+    that already happened or the response is already complete, as ``receive()`` would answer at once.
+    ``unwatch()`` drops the callback. Like :class:`BodyWriter` it holds its cycle weakly.
+    """
+
+    __slots__ = ("_callback", "_cycle")
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = weakref.ref(cycle)
+        self._callback: Callable[[], object] | None = None
+
+    def watch(self, callback: Callable[[], object]) -> None:
+        self._callback = callback
+        cycle = self._cycle()
+        if cycle is None or cycle.disconnected or cycle.response_complete:
+            asyncio.get_running_loop().call_soon(self.fire)
+            return
+        # What receive() does before it waits: the connection is read, so a closed socket is seen.
+        cycle.flow.resume_reading()
+
+    def unwatch(self) -> None:
+        self._callback = None
+
+    def fire(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
+def client_gone(scope: Scope) -> ClientGone | None:
+    """The disconnect signal the server offers this request, if it does (another ASGI server: None)."""
+    extensions = scope.get("extensions")
+    if not extensions:
+        return None
+    gone = extensions.get(CLIENT_GONE)
+    return gone if isinstance(gone, ClientGone) else None
+
+
 class GatewayHttpProtocol(HttpToolsProtocol):
     """See the module docstring. Settings are class attributes: :meth:`configured` makes a subclass."""
 
@@ -197,6 +250,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._waiting_for: str | None = None
         self._last_byte = 0.0
         self._seen_bytes = False
+        # The disconnect signal of the latest request (the one uvicorn marks disconnected).
+        self._gone: ClientGone | None = None
 
     # -- timers ---------------------------------------------------------------------------------------
 
@@ -263,6 +318,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        gone, self._gone = self._gone, None
+        if gone is not None and self.cycle is not None and self.cycle.disconnected:
+            gone.fire()
 
     def data_received(self, data: bytes) -> None:
         if self._waiting_for == "body":
@@ -291,11 +349,14 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         else:
             super().on_headers_complete()
         cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope and self.scope["method"] != "HEAD":
-            # (The request's task has not run yet: it finds the writer in its scope. A HEAD answer
-            # has no body, which uvicorn's send sees to even when the head says chunked: no writer.)
+        if cycle is not None and cycle.scope is self.scope:
+            # (The request's task has not run yet: it finds these in its scope. A HEAD answer has no
+            # body, which uvicorn's send sees to even when the head says chunked: no writer.)
             scope = cast(Scope, self.scope)
-            scope.setdefault("extensions", {})[BODY_WRITER] = BodyWriter(cycle)
+            extensions = scope.setdefault("extensions", {})
+            self._gone = extensions[CLIENT_GONE] = ClientGone(cycle)
+            if self.scope["method"] != "HEAD":
+                extensions[BODY_WRITER] = BodyWriter(cycle)
         if not self.parser.should_upgrade() and not self.pipeline:
             # (A pipelined request waits, with reading paused, for the one before it: no clock for it.)
             self._arm("body", self.body_timeout)

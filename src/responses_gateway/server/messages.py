@@ -33,7 +33,7 @@ from ..sealing import SealError
 from .bodies import parse_json_body
 from .errors import HTTPError, send_json
 from .frontends import JSON, DialectClient, DialectSink, DialectStream, Seal, renamed, sse_event
-from .http_protocol import body_writer
+from .http_protocol import body_writer, client_gone
 from .request_log import RequestLog
 from .responses import ResponsesAPI
 from .router import Router
@@ -139,6 +139,7 @@ class MessagesAPI:
                         keepalive=PING if config.keepalive != "off" else None,
                         interval=config.keepalive_interval,
                         direct=body_writer(scope),
+                        gone=client_gone(scope),
                     )
                 else:
                     sink = DialectSink(
@@ -148,6 +149,7 @@ class MessagesAPI:
                             message_from_response(response, model, sign, sink.stopped_by)
                         ),
                         seal=seal,
+                        gone=client_gone(scope),
                     )
                 return sink
 

@@ -54,7 +54,7 @@ from .bodies import parse_json_body
 from .capabilities import check_capabilities
 from .config import ServerConfig
 from .errors import HTTPError, send_json
-from .http_protocol import body_writer
+from .http_protocol import ClientGone, body_writer, client_gone
 from .namespaces import Flattening, adapt_tools
 from .request_log import Observer, RequestLog
 from .router import Router
@@ -539,7 +539,7 @@ class ResponsesAPI:
 
     async def _create(self, scope: Scope, receive: Receive, send: Send, line: RequestLog) -> None:
         ready = await self._prepare(scope, receive, line)
-        await self.run(ready, _HTTPClient(self, send, receive, body_writer(scope)), line)
+        await self.run(ready, _HTTPClient(self, send, receive, body_writer(scope), client_gone(scope)), line)
 
     async def run(self, ready: Prepared, client: Client, line: RequestLog) -> None:
         """Drive a prepared Response to its end: stored (and recorded) or not, in the background or
@@ -718,6 +718,7 @@ class ResponsesAPI:
         after: int,
         seal: Seal,
         direct: Direct | None = None,
+        gone: ClientGone | None = None,
     ) -> None:
         """A stored response's events as SSE from ``after`` + 1, then live until it ends."""
         config = self.app.config
@@ -729,6 +730,7 @@ class ResponsesAPI:
             keepalive=config.keepalive != "off",
             keepalive_interval=config.keepalive_interval,
             direct=direct,
+            gone=gone,
         )
 
     # ------------------------------------------------------------------------------ reads and writes
@@ -748,7 +750,15 @@ class ResponsesAPI:
         if stream:
             after = query.integer("starting_after", -1, -1)
             await self.follow(
-                send, receive, store, owner, rid, after, presenter(sealer, owner), body_writer(scope)
+                send,
+                receive,
+                store,
+                owner,
+                rid,
+                after,
+                presenter(sealer, owner),
+                body_writer(scope),
+                client_gone(scope),
             )
             return
         if sealer is not None:
@@ -818,12 +828,14 @@ class ResponsesAPI:
 class _HTTPClient:
     """``POST /v1/responses``' own front end: SSE frames or one JSON body."""
 
-    def __init__(self, api: ResponsesAPI, send: Send, receive: Receive, direct: Direct | None) -> None:
-        self.api, self.send, self.receive, self.direct = api, send, receive, direct
+    def __init__(
+        self, api: ResponsesAPI, send: Send, receive: Receive, direct: Direct | None, gone: ClientGone | None
+    ) -> None:
+        self.api, self.send, self.receive, self.direct, self.gone = api, send, receive, direct, gone
 
     def sink(self, request: ResponseRequest, seal: Seal) -> Sink:
         if not request.stream:
-            return JSONSink(self.send, self.receive, seal=seal)
+            return JSONSink(self.send, self.receive, seal=seal, gone=self.gone)
         config = self.api.app.config
         return SSESink(
             self.send,
@@ -832,13 +844,16 @@ class _HTTPClient:
             keepalive_interval=config.keepalive_interval,
             seal=seal,
             direct=self.direct,
+            gone=self.gone,
         )
 
     async def background(
         self, request: ResponseRequest, store: Store, owner: str, rid: str, snapshot: JSON, seal: Seal
     ) -> None:
         if request.stream:
-            await self.api.follow(self.send, self.receive, store, owner, rid, -1, seal, self.direct)
+            await self.api.follow(
+                self.send, self.receive, store, owner, rid, -1, seal, self.direct, self.gone
+            )
         else:
             await send_json(self.send, 200, orjson.dumps(seal([{"response": snapshot}])[0]["response"]))
 

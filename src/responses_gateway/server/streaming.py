@@ -16,9 +16,10 @@ yield (or, when the server offers its lean body path, ``http_protocol.BodyWriter
 write with no ASGI message; ``send`` still carries the head, the last chunk and anything the writer
 declines) and a float store for the keepalive clock: the keepalive is a single timer handle that, when it
 fires, checks how long the stream has really been silent and re-arms itself, so nothing is rescheduled
-per event. Client disconnects are noticed by one watcher task per request (``receive()`` returning
-``http.disconnect``), which cancels the request task; the provider's generator then sees the
-cancellation at its pending await and is closed.
+per event. A client disconnect cancels the request task: told by the server's callback
+(``http_protocol.ClientGone``) where it offers one, else noticed by a watcher task per request
+(``receive()`` returning ``http.disconnect``); the provider's generator then sees the cancellation at
+its pending await and is closed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..protocol.sse import encode_comment, encode_event
 from ..providers.base import Provider, ProviderError
 from .config import KeepaliveMode
 from .errors import HTTPError, provider_message, status_for_code
+from .http_protocol import ClientGone
 from .types import Receive, Send
 
 __all__ = [
@@ -90,26 +92,35 @@ KEEPALIVE_COMMENT = encode_comment("keepalive")
 class ClientWatch:
     """Cancels the request (or worker) task when the client goes away or a stop signal is set.
 
-    ``receive`` is watched for ``http.disconnect`` (reason ``"client"``); ``stop`` (the store's cancel
-    signal for a stored response: cancel or delete) gives reason ``"stopped"``. ``reason`` says which
-    came first; ``None`` means the task was cancelled by something else (shutdown).
+    The client's leaving (reason ``"client"``) is told by ``gone`` (the server's callback,
+    ``http_protocol.ClientGone``) when there is one; else ``receive`` is watched for
+    ``http.disconnect`` by a task. ``stop`` (the store's cancel signal for a stored response: cancel or
+    delete) gives reason ``"stopped"``. ``reason`` says which came first; ``None`` means the task was
+    cancelled by something else (shutdown).
     """
 
-    __slots__ = ("__weakref__", "_task", "_watchers", "closed", "reason")
+    __slots__ = ("__weakref__", "_gone", "_task", "_watchers", "closed", "reason")
 
-    def __init__(self, receive: Receive | None, stop: asyncio.Event | None = None) -> None:
+    def __init__(
+        self, receive: Receive | None, stop: asyncio.Event | None = None, gone: ClientGone | None = None
+    ) -> None:
         self.reason: str | None = None
         self.closed = False
         _WATCHES.add(self)
         task = asyncio.current_task()
         assert task is not None
         self._task = task
-        loop = asyncio.get_running_loop()
         self._watchers: list[asyncio.Task[None]] = []
-        if receive is not None:
-            self._watchers.append(loop.create_task(self._watch(receive)))
+        self._gone = gone
+        if gone is not None:
+            gone.watch(self._client_gone)
+        elif receive is not None:
+            self._watchers.append(asyncio.get_running_loop().create_task(self._watch(receive)))
         if stop is not None:
-            self._watchers.append(loop.create_task(self._watch_stop(stop)))
+            self._watchers.append(asyncio.get_running_loop().create_task(self._watch_stop(stop)))
+
+    def _client_gone(self) -> None:
+        self.stop("client")
 
     @property
     def gone(self) -> bool:
@@ -137,6 +148,9 @@ class ClientWatch:
         """Stop watching (idempotent)."""
         self.closed = True
         _WATCHES.discard(self)
+        if self._gone is not None:
+            self._gone.unwatch()
+            self._gone = None
         for watcher in self._watchers:
             watcher.cancel()
 
@@ -450,7 +464,11 @@ class Sink(Protocol):
 
     @property
     def receive(self) -> Receive | None:
-        """Watched for ``http.disconnect`` (None: no client)."""
+        """Watched for ``http.disconnect`` (None: no client), unless ``gone`` tells it."""
+
+    @property
+    def gone(self) -> ClientGone | None:
+        """The server's disconnect callback for this client (None: watch ``receive``)."""
 
     @property
     def detached(self) -> bool:
@@ -512,7 +530,7 @@ async def drive(
     deliver = sink.deliver
     name = type(provider).__name__
     sink.open(builder, record)
-    watch = ClientWatch(sink.receive, recording.stop if recording is not None else None)
+    watch = ClientWatch(sink.receive, recording.stop if recording is not None else None, sink.gone)
     agen: AsyncIterator[None] | None = None
     ended = False
     error: HTTPError | None = None
@@ -615,7 +633,7 @@ class SSESink(_Relay):
     (the response head included: the request stays refusable until its first bytes).
     """
 
-    __slots__ = ("receive",)
+    __slots__ = ("gone", "receive")
 
     detached = False
     fails_refused = False
@@ -631,6 +649,7 @@ class SSESink(_Relay):
         direct: Direct | None = None,
         frames: Frames | None = None,
         keepalive_body: bytes = KEEPALIVE_COMMENT,
+        gone: ClientGone | None = None,
     ) -> None:
         super().__init__(
             send,
@@ -643,6 +662,7 @@ class SSESink(_Relay):
             keepalive_body=keepalive_body,
         )
         self.receive: Receive | None = receive
+        self.gone = gone
 
     @property
     def response(self) -> JSON | None:
@@ -752,7 +772,7 @@ class JSONSink:
     a failure is refused outright, and nothing is stored.
     """
 
-    __slots__ = ("_body", "_builder", "_seal", "_send", "_yielded", "receive")
+    __slots__ = ("_body", "_builder", "_seal", "_send", "_yielded", "gone", "receive")
 
     detached = False
     fails_refused = True
@@ -764,9 +784,11 @@ class JSONSink:
         *,
         seal: Seal = _identity,
         body: Callable[[JSON], bytes] = orjson.dumps,
+        gone: ClientGone | None = None,
     ) -> None:
         self._send = send
         self.receive: Receive | None = receive
+        self.gone = gone
         self._seal = seal
         self._body = body
         self._builder: StreamBuilder | None = None
@@ -832,6 +854,7 @@ class DetachedSink:
     __slots__ = ("_builder", "_interval", "_loop", "_mode", "_record", "_timer", "last")
 
     receive: Receive | None = None
+    gone: ClientGone | None = None
     detached = True
     refusable = False
     fails_refused = False
@@ -900,13 +923,14 @@ async def follow_stream(
     keepalive: bool = True,
     keepalive_interval: float = 10.0,
     direct: Direct | None = None,
+    gone: ClientGone | None = None,
 ) -> None:
     """Send a stored response's events (replayed, then live) as SSE until it ends or the client leaves.
 
     The events already carry their sequence numbers, so a keepalive here is an SSE comment. A client
     that goes away stops only this follower, never the response.
     """
-    watch = ClientWatch(receive)
+    watch = ClientWatch(receive, gone=gone)
     relay = _Relay(send, None, "comment" if keepalive else "off", keepalive_interval, direct=direct)
     try:
         await relay.start(b"")

@@ -35,6 +35,7 @@ from ..redaction import REDACTOR
 from ..store import Store
 from .config import KeepaliveMode
 from .errors import HTTPError
+from .http_protocol import ClientGone
 from .request_log import RequestLog
 from .responses import ResponsesAPI, Seal
 from .streaming import GENERIC_FAILURE, Record, Sink
@@ -385,6 +386,8 @@ class _Sink:
 
     detached = False
     fails_refused = False
+    # (The connection's end is watched through ``receive``.)
+    gone: ClientGone | None = None
 
     def __init__(self, connection: _Connection, seal: Seal, mode: KeepaliveMode, interval: float) -> None:
         self.connection = connection
