@@ -224,6 +224,61 @@ def test_active_streams_gauge_while_streams_are_open(gw: Gateway) -> None:
     assert value(scrape(gw), "responses_gateway_active_responses", mode="stream") == 0
 
 
+def test_histograms_and_series_are_well_formed(gw: Gateway) -> None:
+    """A 2-second stream lands in the duration histogram's 2.5 s bucket and not the 1 s one; every
+    histogram's buckets are cumulative up to ``+Inf`` = ``_count``, every counter and histogram series
+    has its ``_created``, and each family has the type Prometheus expects."""
+    before = scrape(gw)
+    client = openai.OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+    assert client.responses.create(model="slow", input="hi").output_text == "slowly done"
+    reply = httpx.get(gw.url("/metrics"), headers=AUTH, timeout=10)
+    families = {f.name: f for f in text_string_to_metric_families(reply.text)}
+    after = scrape(gw)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    slow = {"model": "slow", "backend": "slow"}
+    duration = "responses_gateway_response_duration_seconds"
+    assert delta(f"{duration}_count", **slow) == 1
+    assert delta(f"{duration}_bucket", **slow, le="1.0") == 0
+    assert delta(f"{duration}_bucket", **slow, le="2.5") == 1
+    assert delta(f"{duration}_bucket", **slow, le="+Inf") == 1
+    assert 2.0 <= delta(f"{duration}_sum", **slow) < 2.5
+    kinds = {
+        "responses_gateway_responses": "counter",
+        "responses_gateway_http_requests": "counter",
+        "responses_gateway_active_responses": "gauge",
+        "responses_gateway_response_duration_seconds": "histogram",
+        "responses_gateway_time_to_first_token_seconds": "histogram",
+    }
+    for name, kind in kinds.items():
+        assert families[name].type == kind
+    for family in families.values():
+        if family.type not in ("counter", "histogram") or family.name.endswith("_bm25_chunks_read"):
+            continue  # (the BM25 reads are a count read at each scrape: no _created)
+        series: dict[frozenset[tuple[str, str]], dict[str, Any]] = {}
+        for sample in family.samples:
+            labels = {k: v for k, v in sample.labels.items() if k != "le"}
+            entry = series.setdefault(frozenset(labels.items()), {"buckets": []})
+            suffix = sample.name[len(family.name) :]
+            if suffix == "_bucket":
+                entry["buckets"].append((float(sample.labels["le"]), sample.value))
+            else:
+                entry[suffix] = sample.value
+        if not series:
+            continue
+        # (The text format carries ``_created`` as a gauge family of its own, one sample per series.)
+        created = {frozenset(s.labels.items()) for s in families[f"{family.name}_created"].samples}
+        assert created == set(series), family.name
+        for entry in series.values():
+            if family.type == "histogram":
+                bounds = [b for b, _ in entry["buckets"]]
+                counts = [c for _, c in entry["buckets"]]
+                assert bounds == sorted(bounds) and bounds[-1] == float("inf")
+                assert counts == sorted(counts) and counts[-1] == entry["_count"]
+
+
 def test_background_runs_and_store_latency(gw: Gateway) -> None:
     before = scrape(gw)
     client = openai.OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)

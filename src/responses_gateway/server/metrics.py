@@ -7,21 +7,31 @@ its :class:`~responses_gateway.server.request_log.RequestLog` when its work ends
 The registry is the app's own (not ``prometheus_client``'s global one), so several gateways in one
 process (the tests) each count their own requests. Label values that a client chooses (the model)
 only appear once the gateway served that model; an unknown model is counted as ``model=""``.
+
+The counters, gauges and histograms are this module's own (:class:`Family`), exposed through
+``prometheus_client``'s registry and text format with exactly the samples its ``Counter``, ``Gauge``
+and ``Histogram`` give (``_total``, ``_created``, cumulative ``_bucket`` with ``le``, ``_count``,
+``_sum``): a labelled child's ``inc``/``observe`` is then one attribute update (a bisect for a
+histogram) with no lock, instead of ``prometheus_client``'s checks and a mutex per call. They are
+updated from the event loop's thread only.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-__all__ = ["CONTENT_TYPE", "Metrics"]
+__all__ = ["CONTENT_TYPE", "Family", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 T = TypeVar("T")
@@ -32,108 +42,214 @@ _LATENCY = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 _STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
 
+# As prometheus_client: PROMETHEUS_DISABLE_CREATED_SERIES=true leaves out the ``_created`` samples.
+_CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1", "t")
+
+
+class _Value:
+    """A counter's or gauge's child: its value and when it was made."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+
+class _Observed:
+    """A histogram's child: one count per bucket (not cumulative), the sum, when it was made."""
+
+    __slots__ = ("bounds", "counts", "created", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0.0] * len(bounds)
+        self.total = 0.0
+        self.created = time.time()
+
+    def observe(self, amount: float) -> None:
+        self.total += amount
+        # (The first bucket whose bound is >= amount; the last bound is +Inf.)
+        self.counts[bisect_left(self.bounds, amount)] += 1
+
+
+class Family(Collector):
+    """One metric with labels (``counter``, ``gauge`` or ``histogram``), its children made by
+    :meth:`labels`, exposed as ``prometheus_client``'s own metric of that type is."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        *,
+        kind: str,
+        namespace: str,
+        registry: CollectorRegistry,
+        buckets: Sequence[float] = (),
+    ) -> None:
+        self.name = f"{namespace}_{name}"
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.kind = kind
+        self.bounds = (*(float(b) for b in buckets), float("inf")) if kind == "histogram" else ()
+        self._le = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
+        self._children: dict[tuple[str, ...], Any] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> Any:
+        """The child of these label values (made on first use)."""
+        found = self._children.get(values)
+        if found is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes the labels {self.labelnames}, got {values}")
+            found = self._children[values] = _Observed(self.bounds) if self.kind == "histogram" else _Value()
+        return found
+
+    def describe(self) -> Iterable[Metric]:
+        return [Metric(self.name, self.documentation, self.kind)]
+
+    def collect(self) -> Iterable[Metric]:
+        metric = Metric(self.name, self.documentation, self.kind)
+        name, kind = self.name, self.kind
+        for values, child in list(self._children.items()):
+            labels = dict(zip(self.labelnames, values, strict=True))
+            if kind == "histogram":
+                acc = 0.0
+                for le, count in zip(self._le, child.counts, strict=True):
+                    acc += count
+                    metric.add_sample(f"{name}_bucket", {**labels, "le": le}, acc)
+                metric.add_sample(f"{name}_count", labels, acc)
+                metric.add_sample(f"{name}_sum", labels, child.total)
+            elif kind == "counter":
+                metric.add_sample(f"{name}_total", labels, child.value)
+            else:
+                metric.add_sample(name, labels, child.value)
+            if _CREATED and kind != "gauge":
+                metric.add_sample(f"{name}_created", labels, child.created)
+        return [metric]
+
+
 class Metrics:
     """The gateway's counters, histograms and gauges, registered in :attr:`registry`."""
 
     def __init__(self) -> None:
         registry = self.registry = CollectorRegistry(auto_describe=True)
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         ns = "responses_gateway"
         model = ["model", "backend"]
-        self.http_requests = Counter(
+        self.http_requests = Family(
             "http_requests",
             "HTTP requests answered, by route pattern, method and status (every endpoint).",
             ["route", "method", "status"],
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.responses = Counter(
+        self.responses = Family(
             "responses",
             "POST /v1/responses requests, by model, back end, mode, HTTP status and Response status.",
             [*model, "mode", "http_status", "status"],
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.response_errors = Counter(
+        self.response_errors = Family(
             "response_errors",
             "Responses that ended in an error (HTTP error or failed Response), by error code.",
             [*model, "code"],
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.time_to_first_token = Histogram(
+        self.time_to_first_token = Family(
             "time_to_first_token_seconds",
             "From the request's arrival to its first output item.",
             model,
+            buckets=_LATENCY,
+            kind="histogram",
             namespace=ns,
             registry=registry,
-            buckets=_LATENCY,
         )
-        self.response_duration = Histogram(
+        self.response_duration = Family(
             "response_duration_seconds",
             "From the request's arrival to the end of its work (the end of a background run).",
             model,
+            buckets=_LATENCY,
+            kind="histogram",
             namespace=ns,
             registry=registry,
-            buckets=_LATENCY,
         )
-        self.tokens = Counter(
+        self.tokens = Family(
             "tokens",
             "Tokens the back ends reported, by direction (input, output).",
             [*model, "direction"],
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.active_responses = Gauge(
+        self.active_responses = Family(
             "active_responses",
             "Responses being generated now, by mode (stream, json, background).",
             ["mode"],
+            kind="gauge",
             namespace=ns,
             registry=registry,
         )
-        self.upstream_errors = Counter(
+        self.upstream_errors = Family(
             "upstream_errors",
             "Errors a back end returned (including attempts a fallback chain retried), by status and code.",
             ["backend", "status", "code"],
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.fallbacks = Counter(
+        self.fallbacks = Family(
             "fallbacks",
             "Responses a later fallback chain member answered, by model asked and model that answered.",
             ["model", "served_by"],
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.model_turns = Counter(
+        self.model_turns = Family(
             "model_turns",
             "Model turns (one per response, more when the gateway runs hosted tools between turns).",
             model,
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.tool_runs = Counter(
+        self.tool_runs = Family(
             "tool_runs",
             "Hosted tool calls the gateway ran, by tool type and the call's status.",
             ["tool", "status"],
+            kind="counter",
             namespace=ns,
             registry=registry,
         )
-        self.tool_duration = Histogram(
+        self.tool_duration = Family(
             "tool_run_seconds",
             "How long one hosted tool call ran.",
             ["tool"],
+            buckets=_LATENCY,
+            kind="histogram",
             namespace=ns,
             registry=registry,
-            buckets=_LATENCY,
         )
-        self.store_latency = Histogram(
+        self.store_latency = Family(
             "store_operation_seconds",
             "Store operations on the request path (create a response, commit its events, read one).",
             ["operation"],
+            buckets=_STORE,
+            kind="histogram",
             namespace=ns,
             registry=registry,
-            buckets=_STORE,
         )
 
     def bm25_reads(self, reads: Callable[[], Mapping[str, int]]) -> None:
@@ -141,14 +257,10 @@ class Metrics:
         (``KeywordIndex.reads``) — as a counter, read at each scrape."""
         self.registry.register(_Reads(reads))
 
-    def child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, cached: a response's counting is then a few dict lookups (the
-        label sets are bounded: models served × back ends × statuses)."""
-        key = (id(metric), labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
+    def child(self, metric: Family, *labels: str) -> Any:
+        """``metric.labels(*labels)``: one dict lookup once made (the label sets are bounded: models
+        served × back ends × statuses)."""
+        return metric.labels(*labels)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""
