@@ -142,6 +142,40 @@ def test_streams_longer_than_every_timeout_are_untouched(gw: Gateway) -> None:
             time.sleep(HEAD * 1.5)
 
 
+def test_a_kept_alive_connection_keeps_each_limit_after_a_slow_body() -> None:
+    """The head limit of a connection's next request runs from the end of the previous response,
+    even when that request's body was slow and the (longer) body limit was the last one guarded."""
+    head, body = 0.6, 3.0
+    gw = start_gateway(
+        [ScriptedProvider([{"message": "ok"}], name="m")], http={"head_timeout": head, "body_timeout": body}
+    )
+    try:
+        sock = connect(gw.port)
+        payload = orjson.dumps({"model": "m", "input": "hi"})
+        sock.sendall(
+            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(payload)
+        )
+        # The body comes slower than the head limit but within the body limit: served.
+        time.sleep(1.0)
+        sock.sendall(payload)
+        sock.settimeout(10)
+        first = b""
+        while b'"completed"' not in first:
+            chunk = sock.recv(65536)
+            assert chunk, first
+            first += chunk
+        assert first.startswith(b"HTTP/1.1 200")
+        # Then a head that never completes: 408 once the head limit has passed, not the body's.
+        started = time.monotonic()
+        sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
+        assert json_error(read_all(sock), 408)["code"] == "request_timeout"
+        assert head * 0.9 <= time.monotonic() - started < head + 1.0
+        sock.close()
+    finally:
+        gw.stop()
+
+
 GARBAGE = {
     "bad content-length": b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n{}",
     "length and chunked": (
