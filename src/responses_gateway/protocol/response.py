@@ -96,6 +96,11 @@ ECHOED_DEFAULTS: dict[str, Any] = {
 }
 
 
+_ECHOED = frozenset(ECHOED_DEFAULTS)
+# The echoed fields whose default is a container (a dict or list, copied into each Response).
+_CONTAINER_DEFAULTS = tuple(k for k, v in ECHOED_DEFAULTS.items() if isinstance(v, dict | list))
+
+
 def new_response(
     model: str,
     *,
@@ -108,9 +113,12 @@ def new_response(
     ``echo`` holds request fields to report back (``instructions``, ``tools``, ``temperature``…);
     a value of ``None`` falls back to OpenAI's default for that field.
     """
-    unknown = set(echo) - set(ECHOED_DEFAULTS)
-    if unknown:
+    if not _ECHOED.issuperset(echo):
+        unknown = set(echo) - _ECHOED
         raise TypeError(f"not a Response field: {', '.join(sorted(unknown))}")
+    # Every key in its place (the fixed ones, then the echoed ones in ECHOED_DEFAULTS' order), the
+    # defaults first; then the values given. Containers are copied: a Response shares none with the
+    # defaults or the caller.
     response: JSON = {
         "id": response_id or new_id("resp"),
         "object": "response",
@@ -122,12 +130,15 @@ def new_response(
         "model": model,
         "output": [],
         "usage": None,
+        **ECHOED_DEFAULTS,
     }
-    for key, default in ECHOED_DEFAULTS.items():
-        value = echo.get(key)
+    for key in _CONTAINER_DEFAULTS:
+        if echo.get(key) is None:
+            default = response[key]
+            response[key] = dict(default) if isinstance(default, dict) else list(default)
+    for key, value in echo.items():
         if value is None:
-            value = default
-        # Defaults that are containers must not be shared between responses.
+            continue
         if isinstance(value, dict):
             value = dict(value)
         elif isinstance(value, list):
