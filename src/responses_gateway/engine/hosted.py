@@ -256,6 +256,10 @@ async def plan_hosted(
     that cannot run here but whose type is in ``drop`` (``serve --drop-unsupported-tool``) is left in
     the request for the server to drop.
     """
+    if not request.tools and all(item.get("type") == "message" for item in request.input):
+        # The common request: no tool offered and only messages in the history, which holds no
+        # hosted call (every hosted tool's items are its calls and outputs, never "message").
+        return None
     hosted = {t: tool for t, tool in tools.items() if t not in native}
     if not hosted:
         return None
