@@ -941,13 +941,21 @@ def _parse_url(url: str) -> tuple[Key, str, str]:
 
 
 def _request_bytes(target: str, host: str, headers: Mapping[str, str], body: bytes) -> bytes:
+    head = _request_head(target, host, tuple(headers.items()))
+    return b"".join((head, b"%d\r\n\r\n" % len(body), body))
+
+
+@functools.lru_cache(maxsize=256)
+def _request_head(target: str, host: str, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """A POST's head up to its Content-Length value; cached: a provider sends the same few heads (a
+    header that cannot be sent raises ValueError each time: exceptions are not cached)."""
     lines = [f"POST {target} HTTP/1.1", f"Host: {host}"]
-    for name, value in headers.items():
+    for name, value in headers:
         lname = name.lower()
         if lname in ("host", "content-length", "transfer-encoding", "connection"):
             continue  # ours to set
         if "\r" in name or "\n" in name or ":" in name or "\r" in value or "\n" in value:
             raise ValueError(f"invalid header {name!r}")  # the value is never shown: it may be a key
         lines.append(f"{name}: {value}")
-    lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    lines.append("Content-Length: ")
+    return "\r\n".join(lines).encode()
