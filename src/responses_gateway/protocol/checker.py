@@ -334,12 +334,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _type_ok(value: Any, expected: type | tuple[type, ...]) -> bool:
-    if expected is int:
-        return _is_int(value)
-    return isinstance(value, expected)
-
-
 def _type_name(expected: type | tuple[type, ...]) -> str:
     names = {str: "string", int: "integer", dict: "object", list: "array"}
     if isinstance(expected, tuple):
@@ -502,7 +496,7 @@ class StreamChecker:
             self.violations.append(violation)
 
     def _check_sequence(self, new: list[Violation], event: dict[str, Any], seq_raw: Any, index: int) -> None:
-        if not _is_int(seq_raw):
+        if not isinstance(seq_raw, int) or isinstance(seq_raw, bool):
             what = "missing" if "sequence_number" not in event else f"{seq_raw!r}"
             self._add(new, "sequence.integer", index, f"{event['type']}: sequence_number is {what}")
             # Assume it held its slot so one bad event does not cascade into contiguity errors.
@@ -523,10 +517,15 @@ class StreamChecker:
         ok = True
         for name, expected in fields:
             value = obj.get(name)
-            if not _type_ok(value, expected):
-                state = "missing" if name not in obj else f"not {_type_name(expected)}: {value!r:.60}"
-                self._add(new, "event.field", seq, f"{what}: `{name}` {state}")
-                ok = False
+            # (A type test inlined, rather than two calls: this runs for every field of every event.)
+            if expected is int:
+                if isinstance(value, int) and not isinstance(value, bool):
+                    continue
+            elif isinstance(value, expected):
+                continue
+            state = "missing" if name not in obj else f"not {_type_name(expected)}: {value!r:.60}"
+            self._add(new, "event.field", seq, f"{what}: `{name}` {state}")
+            ok = False
         return ok
 
     def _check_shape(
@@ -534,9 +533,13 @@ class StreamChecker:
     ) -> None:
         for name, expected in fields:
             value = obj.get(name)
-            if not _type_ok(value, expected):
-                state = "missing" if name not in obj else f"not {_type_name(expected)}"
-                self._add(new, rule, seq, f"{what}: `{name}` {state}")
+            if expected is int:
+                if isinstance(value, int) and not isinstance(value, bool):
+                    continue
+            elif isinstance(value, expected):
+                continue
+            state = "missing" if name not in obj else f"not {_type_name(expected)}"
+            self._add(new, rule, seq, f"{what}: `{name}` {state}")
 
     def _open_item(self, new: list[Violation], event: dict[str, Any], etype: str, seq: int) -> _Item | None:
         item_id = event["item_id"]
