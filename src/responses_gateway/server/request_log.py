@@ -18,12 +18,11 @@ Nothing here runs per streamed event: the relay's hot path only sets the builder
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -120,25 +119,29 @@ class RequestLog:
         self.active: str | None = None
         self.written = False
 
-    @contextlib.contextmanager
-    def answering(self) -> Iterator[None]:
-        """Around one request's answer: how it failed (an HTTP error's status and code, 499 for a
-        client gone before the answer started, 500 for a bug) is noted, and the record written when it
-        ends — unless its work goes on in the background (the record is written when that ends)."""
-        try:
-            yield
-        except HTTPError as exc:
-            self.http_status, self.error_code = exc.status, exc.code
-            raise
-        except asyncio.CancelledError:
-            self.http_status = 499
-            raise
-        except Exception:
-            self.http_status = 500
-            raise
-        finally:
-            if not self.background:
-                self.write()
+    def answering(self) -> RequestLog:
+        """Around one request's answer (``with line.answering():``): how it failed (an HTTP error's
+        status and code, 499 for a client gone before the answer started, 500 for a bug) is noted,
+        and the record written when it ends — unless its work goes on in the background (the record
+        is written when that ends). The exception goes on. (A plain context manager, not a generator
+        one: it wraps every request.)"""
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None:
+            if isinstance(exc, HTTPError):
+                self.http_status, self.error_code = exc.status, exc.code
+            elif isinstance(exc, asyncio.CancelledError):
+                self.http_status = 499
+            elif isinstance(exc, Exception):
+                self.http_status = 500
+        if not self.background:
+            self.write()
 
     @property
     def mode(self) -> str:
