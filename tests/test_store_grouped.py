@@ -8,6 +8,7 @@ the same moment share a transaction, and one that cannot be written fails alone.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,5 +144,46 @@ def test_an_end_writes_status_events_and_output_items_together(store_url: str) -
             other.complete()
             await late.add(other.take())
             assert gone not in await _stored_seqs(store)
+
+    run(main())
+
+
+def test_ends_at_the_same_moment_fail_alone(tmp_path: Path) -> None:
+    """On SQLite, responses ending at the same moment are written together; an end the database
+    refuses fails alone: the others are stored finished with every event, and the refused one is
+    written by the retry once the database takes it (until then it reads in_progress)."""
+
+    async def main() -> None:
+        async with opened(f"sqlite://{tmp_path / 'gw.db'}") as store:
+            started = await asyncio.gather(*(_start(store, f"q{i}") for i in range(8)))
+            recorders = [store.recorder(rid) for _, rid in started]
+            refused = started[3][1]
+            async with store.db.transaction() as tx:
+                await tx.execute(
+                    "CREATE TRIGGER refuse BEFORE UPDATE OF status ON rg_responses"
+                    f" WHEN NEW.id = '{refused}' AND NEW.status = 'completed'"
+                    " BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+                )
+            for (builder, _), recorder in zip(started, recorders, strict=True):
+                recorder.add_nowait(builder.take())
+                builder.message(f"answer of {recorder.response_id}")
+                builder.complete()
+                recorder.add_nowait(builder.take())
+            await asyncio.gather(*(recorder.drain() for recorder in recorders))
+            seqs = await _stored_seqs(store)
+            for (_, rid), recorder in zip(started, recorders, strict=True):
+                stored = await store.responses.get_response(OWNER, rid)
+                if rid == refused:
+                    assert stored["status"] == "in_progress"
+                    continue
+                assert stored["status"] == "completed"
+                assert stored["output"][0]["content"][0]["text"] == f"answer of {rid}"
+                assert seqs[rid] == list(range(recorder.recorded))
+            async with store.db.transaction() as tx:
+                await tx.execute("DROP TRIGGER refuse")
+            assert await store.events.retry_ends() == 1
+            stored = await store.responses.get_response(OWNER, refused)
+            assert stored["status"] == "completed"
+            assert (await _stored_seqs(store))[refused] == list(range(recorders[3].recorded))
 
     run(main())

@@ -57,6 +57,11 @@ class Tx(ABC):
         """:meth:`executemany` that may be deferred like :meth:`write`."""
         await self.executemany(sql, rows)
 
+    async def write_counted(self, sql: str, *args: Any, into: list[int]) -> None:
+        """:meth:`write` whose number of changed rows is appended to ``into`` once it has run: at the
+        latest when the transaction commits (read ``into`` after the ``async with``)."""
+        into.append(await self.execute(sql, *args))
+
 
 class Database(ABC):
     """A connection source; ``dialect`` is ``sqlite`` or ``postgresql``."""
@@ -82,6 +87,10 @@ class Database(ABC):
 
 
 # ------------------------------------------------------------------------------------------ SQLite
+# What a deferred statement is (``_SqliteTx._queued``): one run, one run per row, one run counted.
+_ONE, _MANY, _COUNTED = 0, 1, 2
+
+
 class _SqliteTx(Tx):
     """Statements go to the database thread in as few trips as possible: ``BEGIN IMMEDIATE`` and the
     deferred writes travel with the next statement that needs an answer, or with the ``COMMIT``. Each
@@ -93,7 +102,7 @@ class _SqliteTx(Tx):
         self._db = db
         # IMMEDIATE takes the write lock up front, so two processes on one file never deadlock
         # upgrading read locks.
-        self._queued: list[tuple[bool, str, Any]] = [(False, "BEGIN IMMEDIATE", ())]
+        self._queued: list[tuple[int, str, Any]] = [(_ONE, "BEGIN IMMEDIATE", ())]
 
     def _trip(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
         queued, self._queued = self._queued, []
@@ -101,11 +110,14 @@ class _SqliteTx(Tx):
             return self._db.call(fn)
 
         def work(conn: sqlite3.Connection) -> T:
-            for many, sql, args in queued:
-                if many:
+            for kind, sql, args in queued:
+                if kind == _ONE:
+                    conn.execute(sql, args)
+                elif kind == _MANY:
                     conn.executemany(sql, args)
                 else:
-                    conn.execute(sql, args)
+                    values, into = args
+                    into.append(conn.execute(sql, values).rowcount)
             return fn(conn)
 
         return self._db.call(work)
@@ -121,10 +133,13 @@ class _SqliteTx(Tx):
         return rows
 
     async def write(self, sql: str, *args: Any) -> None:
-        self._queued.append((False, sql, args))
+        self._queued.append((_ONE, sql, args))
 
     async def writemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._queued.append((True, sql, rows))
+        self._queued.append((_MANY, sql, rows))
+
+    async def write_counted(self, sql: str, *args: Any, into: list[int]) -> None:
+        self._queued.append((_COUNTED, sql, (args, into)))
 
     async def commit(self) -> None:
         await self._trip(lambda c: c.execute("COMMIT"))

@@ -96,6 +96,20 @@ def _snapshot_of(events: list[JSON]) -> JSON | None:
     return None
 
 
+# An end waiting for the next shared write (see Events._write_ends): the response, its events, its
+# final snapshot, their times, and the future told whether it applied.
+_End = tuple[str, list[JSON], JSON, Times, "asyncio.Future[bool]"]
+
+
+def _settle_end(done: asyncio.Future[bool], outcome: bool | BaseException) -> None:
+    if done.done():
+        return
+    if isinstance(outcome, BaseException):
+        done.set_exception(outcome)
+    else:
+        done.set_result(outcome)
+
+
 class Events:
     """Writes, reads and compacts the events of stored responses (see the module's docstring)."""
 
@@ -132,6 +146,9 @@ class Events:
         self._dirty: dict[EventRecorder, None] = {}
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_task: asyncio.Task[None] | None = None
+        # Ends of responses waiting for the next shared write (SQLite; see _write_ends).
+        self._ends: list[_End] = []
+        self._ender: asyncio.Task[None] | None = None
 
     async def _write_snapshot(
         self, tx: Tx, response_id: str, snapshot: JSON, *, owner: tuple[Any, Any] | None = None
@@ -154,6 +171,9 @@ class Events:
         if self._group_timer is not None:
             self._group_timer.cancel()
             self._group_timer = None
+        with contextlib.suppress(Exception):
+            if self._ender is not None and not self._ender.done():
+                await self._ender
         with contextlib.suppress(Exception):
             if self._group_task is not None and not self._group_task.done():
                 await self._group_task
@@ -401,14 +421,15 @@ class Events:
     async def _write_events_within_limit(
         self, response_id: str, events: list[JSON], snapshot: JSON | None, times: Times
     ) -> bool:
+        if (
+            self.db.dialect == "sqlite"
+            and snapshot is not None
+            and snapshot.get("status") in TERMINAL
+            and snapshot.get("conversation") is None
+            and await self._end_shared(response_id, events, snapshot, times)
+        ):
+            return True
         async with self.db.transaction() as tx:
-            if (
-                self.db.dialect == "sqlite"
-                and snapshot is not None
-                and snapshot.get("status") in TERMINAL
-                and await self._end_in_one_trip(tx, response_id, events, snapshot, times)
-            ):
-                return True
             row = await tx.fetchone(
                 "SELECT status, owner, conversation_id FROM rg_responses WHERE id = ?" + self.db.for_update,
                 response_id,
@@ -428,49 +449,106 @@ class Events:
                 await self._write_snapshot(tx, response_id, snapshot, owner=(row[1], row[2]))
         return True
 
-    async def _end_in_one_trip(
-        self, tx: Tx, response_id: str, events: list[JSON], response: JSON, times: Times
-    ) -> bool:
-        """The end of a running response outside any conversation, as one trip to the SQLite thread.
+    # ------------------------------------------------------------------------------ shared ends (SQLite)
+    async def _end_shared(self, response_id: str, events: list[JSON], response: JSON, times: Times) -> bool:
+        """The end of a running response outside any conversation, written with the other ends queued
+        meanwhile (see :meth:`_write_ends`). False: nothing was written (the response is not running
+        here any more, or is in a conversation after all): the caller goes the general way."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bool] = loop.create_future()
+        entry: _End = (response_id, events, response, times, done)
+        self._ends.append(entry)
+        if self._ender is None or self._ender.done():
+            self._ender = loop.create_task(self._write_ends(), name="rg-store-ends")
+        try:
+            return await done
+        except asyncio.CancelledError:
+            if entry in self._ends:
+                self._ends.remove(entry)  # not written yet: it never will be
+            raise
 
-        What :meth:`write_events` + :meth:`_write_final` do, with every statement checking for itself
-        that the response is still running and in no conversation (``BEGIN IMMEDIATE`` holds the file's
-        write lock, so that cannot change in between); the final UPDATE comes last and says whether it
-        all applied. False: nothing was written (the caller goes the general way, same transaction).
+    async def _write_ends(self) -> None:
+        """Write the queued ends, all that queued up meanwhile in one transaction and one trip to the
+        SQLite thread (``BEGIN``, the statements, ``COMMIT``). An end waits only for the transaction in
+        flight; under load the responses ending during one write are all written by the next, instead
+        of a transaction (and its pages in the WAL) each. A failed shared write is retried one end at a
+        time, so one bad row fails only its own response's end."""
+        while self._ends:
+            batch, self._ends = self._ends, []
+            try:
+                applied = await self._write_end_batch(batch)
+            except Exception as exc:
+                if len(batch) == 1:
+                    _settle_end(batch[0][4], exc)
+                    continue
+                for entry in batch:
+                    try:
+                        one = await self._write_end_batch([entry])
+                    except Exception as error:
+                        _settle_end(entry[4], error)
+                    else:
+                        _settle_end(entry[4], one[0])
+                continue
+            except BaseException as exc:  # shutdown: nobody will write these
+                for entry in batch + self._ends:
+                    _settle_end(entry[4], exc)
+                raise
+            for entry, ok in zip(batch, applied, strict=True):
+                _settle_end(entry[4], ok)
+
+    async def _write_end_batch(self, batch: list[_End]) -> list[bool]:
+        """What :meth:`write_events` + :func:`write_final` do for each end of ``batch``, in one
+        transaction sent to the SQLite thread in one trip.
+
+        Every statement checks for itself that its response is still running and in no conversation
+        (``BEGIN IMMEDIATE`` holds the file's write lock, so that cannot change in between); each final
+        UPDATE comes after its response's other statements and says whether they all applied.
         """
-        args = (response_id,)
-        outputs = [with_id(item) for item in response.get("output") or []]
-        await tx.write(
-            "DELETE FROM rg_items WHERE response_id = ? AND kind = 1 AND EXISTS (" + _RUNNING_ALONE + ")",
-            response_id,
-            *args,
-        )
-        if outputs:
-            await tx.writemany(
-                "INSERT INTO rg_items (response_id, kind, position, id, owner, item)"
-                " SELECT ?, ?, ?, ?, owner, ? FROM rg_responses WHERE id = ?"
-                " AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
-                [(response_id, OUTPUT, i, it["id"], dumps(it), response_id) for i, it in enumerate(outputs)],
+        deletes: list[tuple[str, str]] = []
+        items: list[tuple[Any, ...]] = []
+        rows: list[tuple[Any, ...]] = []
+        for rid, events, response, times, _ in batch:
+            deletes.append((rid, rid))
+            items.extend(
+                (rid, OUTPUT, i, it["id"], dumps(it), rid)
+                for i, it in enumerate(with_id(item) for item in response.get("output") or [])
             )
-        if events:
-            await tx.writemany(
-                "INSERT INTO rg_events (response_id, seq, event, at_ms) SELECT ?, ?, ?, ? WHERE EXISTS ("
-                + _RUNNING_ALONE
-                + ")",
-                [
-                    (response_id, int(e["sequence_number"]), dumps(e), at, response_id)
-                    for e, at in zip(events, times, strict=True)
-                ],
+            rows.extend(
+                (rid, int(e["sequence_number"]), dumps(e), at, rid)
+                for e, at in zip(events, times, strict=True)
             )
-        changed = await tx.execute(
-            "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
-            " WHERE id = ? AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
-            response["status"],
-            dumps(response),
-            time.time(),
-            response_id,
-        )
-        return changed > 0
+        counts: list[int] = []
+        now = time.time()
+        async with self.db.transaction() as tx:
+            await tx.writemany(
+                "DELETE FROM rg_items WHERE response_id = ? AND kind = 1 AND EXISTS (" + _RUNNING_ALONE + ")",
+                deletes,
+            )
+            if items:
+                await tx.writemany(
+                    "INSERT INTO rg_items (response_id, kind, position, id, owner, item)"
+                    " SELECT ?, ?, ?, ?, owner, ? FROM rg_responses WHERE id = ?"
+                    " AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
+                    items,
+                )
+            if rows:
+                await tx.writemany(
+                    "INSERT INTO rg_events (response_id, seq, event, at_ms) SELECT ?, ?, ?, ? WHERE EXISTS ("
+                    + _RUNNING_ALONE
+                    + ")",
+                    rows,
+                )
+            for rid, _, response, _, _ in batch:
+                await tx.write_counted(
+                    "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
+                    " WHERE id = ? AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
+                    response["status"],
+                    dumps(response),
+                    now,
+                    rid,
+                    into=counts,
+                )
+        return [n > 0 for n in counts]
 
     # ------------------------------------------------------------------------------ reading
     async def stream_events(
