@@ -96,9 +96,11 @@ def _snapshot_of(events: list[JSON]) -> JSON | None:
     return None
 
 
-# An end waiting for the next shared write (see Events._write_ends): the response, its events, its
-# final snapshot, their times, and the future told whether it applied.
-_End = tuple[str, list[JSON], JSON, Times, "asyncio.Future[bool]"]
+# A response's events to append: its id, the events, each encoded (as stored), their times.
+_Batch = tuple[str, list[JSON], list[str], Times]
+# An end waiting for the next shared write (see Events._write_ends): the response, its events, each
+# encoded, its final snapshot, their times, and the future told whether it applied.
+_End = tuple[str, list[JSON], list[str], JSON, Times, "asyncio.Future[bool]"]
 
 
 def _settle_end(done: asyncio.Future[bool], outcome: bool | BaseException) -> None:
@@ -264,22 +266,24 @@ class Events:
     async def _write_batches(self, batches: list[tuple[str, list[JSON], Times]]) -> None:
         """Append the events of several running responses (and their in-progress snapshots) at once."""
         sizes: dict[str, int] = {}
-        if self.max_response_bytes is not None:
-            limited = []
-            for rid, events, times in batches:
-                kept, _, sizes[rid] = self._within_limit(rid, events, None)
-                limited.append((rid, kept, times[: len(kept)]))
-            batches = limited
-        await self._write_batches_within_limit(batches)
+        # Each event is encoded once: for the size limit and for its row.
+        encoded: list[_Batch] = []
+        for rid, events, times in batches:
+            texts = [dumps(e) for e in events]
+            if self.max_response_bytes is not None:
+                kept, sizes[rid] = self._within_limit(rid, events, texts)
+                events, texts, times = events[:kept], texts[:kept], times[:kept]
+            encoded.append((rid, events, texts, times))
+        await self._write_batches_within_limit(encoded)
         self._sizes.update(sizes)
 
-    async def _write_batches_within_limit(self, batches: list[tuple[str, list[JSON], Times]]) -> None:
+    async def _write_batches_within_limit(self, batches: list[_Batch]) -> None:
         if self.db.dialect == "sqlite":
-            snapshots = [_snapshot_of(events) for _, events, _ in batches]
+            snapshots = [_snapshot_of(events) for _, events, _, _ in batches]
             if not any(snap is not None and snap.get("status") in TERMINAL for snap in snapshots):
                 await self._write_batches_sqlite(batches, snapshots)
                 return
-        ids = list(dict.fromkeys(rid for rid, _, _ in batches))
+        ids = list(dict.fromkeys(rid for rid, _, _, _ in batches))
         async with self.db.transaction() as tx:
             status: dict[str, str] = {}
             for start in range(0, len(ids), 500):
@@ -291,14 +295,14 @@ class Events:
                 )
                 status.update({str(rid): str(st) for rid, st in rows})
             rows_out: list[tuple[str, int, str, int | None]] = []
-            for rid, events, times in batches:
+            for rid, events, texts, times in batches:
                 current = status.get(rid)
                 # Deleted, or already ended (cancelled while queued, failed by recovery): nothing to add.
                 if current not in RUNNING:
                     continue
                 rows_out.extend(
-                    (rid, int(e["sequence_number"]), dumps(e), at)
-                    for e, at in zip(events, times, strict=True)
+                    (rid, int(e["sequence_number"]), text, at)
+                    for e, text, at in zip(events, texts, times, strict=True)
                 )
                 snapshot = _snapshot_of(events)
                 if snapshot is not None and snapshot.get("status") in TRANSITIONS[current]:
@@ -309,22 +313,20 @@ class Events:
             if rows_out:
                 await tx.writemany(_INSERT_EVENT, rows_out)
 
-    async def _write_batches_sqlite(
-        self, batches: list[tuple[str, list[JSON], Times]], snapshots: list[JSON | None]
-    ) -> None:
+    async def _write_batches_sqlite(self, batches: list[_Batch], snapshots: list[JSON | None]) -> None:
         """:meth:`_write_batches` in one trip to the database thread: each statement checks the status
         itself. ``BEGIN IMMEDIATE`` holds the file's write lock, so no other writer (another process
         included) can change a status between those checks and the commit."""
         async with self.db.transaction() as tx:
             rows = [
-                (rid, int(e["sequence_number"]), dumps(e), at, rid)
-                for rid, events, times in batches
-                for e, at in zip(events, times, strict=True)
+                (rid, int(e["sequence_number"]), text, at, rid)
+                for rid, events, texts, times in batches
+                for e, text, at in zip(events, texts, times, strict=True)
             ]
             if rows:
                 # Deleted, or already ended (cancelled while queued, failed by recovery): nothing is added.
                 await tx.writemany(_INSERT_EVENT_IF_RUNNING, rows)
-            for (rid, _, _), snapshot in zip(batches, snapshots, strict=True):
+            for (rid, _, _, _), snapshot in zip(batches, snapshots, strict=True):
                 if snapshot is None:
                     continue
                 status = snapshot.get("status")
@@ -351,17 +353,19 @@ class Events:
         snapshot = final if final is not None else _snapshot_of(events)
         if times is None:
             times = [None] * len(events)
+        # Each event is encoded once: for the size limit and for its row.
+        texts = [dumps(e) for e in events]
         size = None
         if self.max_response_bytes is not None:
             # The closing events of a response past the limit get the end's time (its latest known).
             end_at = next((at for at in reversed(times) if at is not None), None)
-            events, snapshot, size = self._within_limit(response_id, events, snapshot)
-            times = times[: len(events)]
+            kept, size = self._within_limit(response_id, events, texts)
+            events, texts, times = events[:kept], texts[:kept], times[:kept]
             if response_id in self._over and snapshot is not None and snapshot.get("status") in TERMINAL:
-                kept = len(events)
                 events, snapshot = await self._end_over_limit(response_id, events, snapshot)
+                texts += [dumps(e) for e in events[kept:]]
                 times = [*times, *[end_at] * (len(events) - kept)]
-        written = await self._write_events_within_limit(response_id, events, snapshot, times)
+        written = await self._write_events_within_limit(response_id, events, texts, snapshot, times)
         if size is not None:
             if snapshot is not None and snapshot.get("status") in TERMINAL:
                 self._sizes.pop(response_id, None)
@@ -370,25 +374,23 @@ class Events:
                 self._sizes[response_id] = size
         return written
 
-    def _within_limit(
-        self, response_id: str, events: list[JSON], snapshot: JSON | None
-    ) -> tuple[list[JSON], JSON | None, int]:
-        """The events to store for ``response_id`` within ``max_response_bytes``, and its size after
-        them (recorded by the caller once written, so a retried write is not counted twice). Past the
-        limit nothing more of the response is stored; the client's stream is not affected (see
-        :meth:`_end_over_limit` for its end)."""
+    def _within_limit(self, response_id: str, events: list[JSON], texts: list[str]) -> tuple[int, int]:
+        """How many of ``events`` (``texts``: each encoded) to store for ``response_id`` within
+        ``max_response_bytes``, and its size after them (recorded by the caller once written, so a
+        retried write is not counted twice). Past the limit nothing more of the response is stored;
+        the client's stream is not affected (see :meth:`_end_over_limit` for its end)."""
         limit = self.max_response_bytes
         size = self._sizes.get(response_id, 0)
         if limit is None:
-            return events, snapshot, size
+            return len(events), size
         if response_id in self._over:
-            return [], snapshot, size
-        for i, event in enumerate(events):
-            size += len(dumps(event))
+            return 0, size
+        for i, text in enumerate(texts):
+            size += len(text)
             if size > limit:
-                self._over[response_id] = int(event["sequence_number"]) - 1
-                return events[:i], snapshot, size
-        return events, snapshot, size
+                self._over[response_id] = int(events[i]["sequence_number"]) - 1
+                return i, size
+        return len(events), size
 
     async def _end_over_limit(
         self, response_id: str, kept: list[JSON], snapshot: JSON
@@ -419,14 +421,14 @@ class Events:
         return [*kept, *tail], failed
 
     async def _write_events_within_limit(
-        self, response_id: str, events: list[JSON], snapshot: JSON | None, times: Times
+        self, response_id: str, events: list[JSON], texts: list[str], snapshot: JSON | None, times: Times
     ) -> bool:
         if (
             self.db.dialect == "sqlite"
             and snapshot is not None
             and snapshot.get("status") in TERMINAL
             and snapshot.get("conversation") is None
-            and await self._end_shared(response_id, events, snapshot, times)
+            and await self._end_shared(response_id, events, texts, snapshot, times)
         ):
             return True
         async with self.db.transaction() as tx:
@@ -441,8 +443,8 @@ class Events:
                 await tx.writemany(
                     _INSERT_EVENT,
                     [
-                        (response_id, int(e["sequence_number"]), dumps(e), at)
-                        for e, at in zip(events, times, strict=True)
+                        (response_id, int(e["sequence_number"]), text, at)
+                        for e, text, at in zip(events, texts, times, strict=True)
                     ],
                 )
             if snapshot is not None and snapshot.get("status") in TRANSITIONS[row[0]]:
@@ -450,13 +452,15 @@ class Events:
         return True
 
     # ------------------------------------------------------------------------------ shared ends (SQLite)
-    async def _end_shared(self, response_id: str, events: list[JSON], response: JSON, times: Times) -> bool:
+    async def _end_shared(
+        self, response_id: str, events: list[JSON], texts: list[str], response: JSON, times: Times
+    ) -> bool:
         """The end of a running response outside any conversation, written with the other ends queued
         meanwhile (see :meth:`_write_ends`). False: nothing was written (the response is not running
         here any more, or is in a conversation after all): the caller goes the general way."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bool] = loop.create_future()
-        entry: _End = (response_id, events, response, times, done)
+        entry: _End = (response_id, events, texts, response, times, done)
         self._ends.append(entry)
         if self._ender is None or self._ender.done():
             self._ender = loop.create_task(self._write_ends(), name="rg-store-ends")
@@ -479,22 +483,22 @@ class Events:
                 applied = await self._write_end_batch(batch)
             except Exception as exc:
                 if len(batch) == 1:
-                    _settle_end(batch[0][4], exc)
+                    _settle_end(batch[0][5], exc)
                     continue
                 for entry in batch:
                     try:
                         one = await self._write_end_batch([entry])
                     except Exception as error:
-                        _settle_end(entry[4], error)
+                        _settle_end(entry[5], error)
                     else:
-                        _settle_end(entry[4], one[0])
+                        _settle_end(entry[5], one[0])
                 continue
             except BaseException as exc:  # shutdown: nobody will write these
                 for entry in batch + self._ends:
-                    _settle_end(entry[4], exc)
+                    _settle_end(entry[5], exc)
                 raise
             for entry, ok in zip(batch, applied, strict=True):
-                _settle_end(entry[4], ok)
+                _settle_end(entry[5], ok)
 
     async def _write_end_batch(self, batch: list[_End]) -> list[bool]:
         """What :meth:`write_events` + :func:`write_final` do for each end of ``batch``, in one
@@ -507,15 +511,15 @@ class Events:
         deletes: list[tuple[str, str]] = []
         items: list[tuple[Any, ...]] = []
         rows: list[tuple[Any, ...]] = []
-        for rid, events, response, times, _ in batch:
+        for rid, events, texts, response, times, _ in batch:
             deletes.append((rid, rid))
             items.extend(
                 (rid, OUTPUT, i, it["id"], dumps(it), rid)
                 for i, it in enumerate(with_id(item) for item in response.get("output") or [])
             )
             rows.extend(
-                (rid, int(e["sequence_number"]), dumps(e), at, rid)
-                for e, at in zip(events, times, strict=True)
+                (rid, int(e["sequence_number"]), text, at, rid)
+                for e, text, at in zip(events, texts, times, strict=True)
             )
         counts: list[int] = []
         now = time.time()
@@ -538,7 +542,7 @@ class Events:
                     + ")",
                     rows,
                 )
-            for rid, _, response, _, _ in batch:
+            for rid, _, _, response, _, _ in batch:
                 await tx.write_counted(
                     "UPDATE rg_responses SET status = ?, response = ?, updated_at = ?, cancel_requested = 0"
                     " WHERE id = ? AND status IN ('queued', 'in_progress') AND conversation_id IS NULL",
