@@ -28,8 +28,11 @@ ID_PREFIXES = {
 
 
 def new_id(prefix: str) -> str:
-    """A short, unique, URL-safe id such as ``msg_3f9a…`` (96 random bits, hex)."""
-    return f"{prefix}_{os.urandom(12).hex()}"
+    """A short, unique, URL-safe id such as ``msg_6927f0c1…``: 24 hex digits, the creation time in
+    seconds (8, as OpenAI's ids begin) then 64 random bits. Ids made together sort together, so a
+    store's indexes keyed on them (responses, their events and items) take new rows in the same
+    few pages instead of one page per row anywhere in the index."""
+    return f"{prefix}_{int(time.time()) & 0xFFFFFFFF:08x}{os.urandom(8).hex()}"
 
 
 def empty_usage() -> JSON:
