@@ -268,8 +268,9 @@ class Events:
         sizes: dict[str, int] = {}
         # Each event is encoded once: for the size limit and for its row.
         encoded: list[_Batch] = []
+        encode = orjson.dumps
         for rid, events, times in batches:
-            texts = [dumps(e) for e in events]
+            texts = [encode(e).decode() for e in events]
             if self.max_response_bytes is not None:
                 kept, sizes[rid] = self._within_limit(rid, events, texts)
                 events, texts, times = events[:kept], texts[:kept], times[:kept]
@@ -385,6 +386,9 @@ class Events:
             return len(events), size
         if response_id in self._over:
             return 0, size
+        whole = size + sum(map(len, texts))
+        if whole <= limit:
+            return len(events), whole
         for i, text in enumerate(texts):
             size += len(text)
             if size > limit:
@@ -772,26 +776,39 @@ class EventRecorder:
             return
         self.recorded += len(events)
         at = int((time.monotonic() - self._origin) * 1000)
-        terminal = final is not None or any(e.get("type") in TERMINAL_EVENTS for e in events)
+        terminal = final is not None
+        if not terminal:
+            for event in events:
+                if event.get("type") in TERMINAL_EVENTS:
+                    terminal = True
+                    break
         if terminal:
             self._closed = True
-        elif self._local is not None and not self._outbox and (self._pump is None or self._pump.done()):
-            # The hot path: publish in place, leave the write to the store's group writer.
-            self._local.publish_nowait(self.response_id, events)
-            self._queue(events, at)
-            return
+        else:
+            local, pump = self._local, self._pump
+            if local is not None and not self._outbox and (pump is None or pump.done()):
+                # The hot path: publish in place, leave the write to the store's group writer.
+                local.publish_nowait(self.response_id, events)
+                self._queue(events, at)
+                return
         self._outbox.append((events, final, at))
         if self._pump is None or self._pump.done():
             self._pump = asyncio.get_running_loop().create_task(self._run())
 
     def _queue(self, events: list[JSON], at: int) -> None:
-        self._pending.extend(events)
-        self._pending_at.extend([at] * len(events))
-        if len(self._pending) >= self._events.flush_events:
+        pending = self._pending
+        pending.extend(events)
+        if len(events) == 1:
+            self._pending_at.append(at)
+        else:
+            self._pending_at.extend([at] * len(events))
+        writer = self._events
+        if len(pending) >= writer.flush_events:
             if self._flushing is None or self._flushing.done():
                 self._flushing = asyncio.get_running_loop().create_task(self.flush())
-        else:
-            self._events.mark_dirty(self)
+        elif self not in writer._dirty:
+            # (Already there: the next group write, armed then, takes these too.)
+            writer.mark_dirty(self)
 
     async def add(self, events: list[JSON], final: JSON | None = None) -> None:
         """Queue events and wait until they are published (and, at the end, written)."""
