@@ -13,6 +13,8 @@ Contenders, run in one session, alternating, against one loopback mock (``mock_u
 - ``baseline-chat`` / ``baseline-responses``: ``gateway-chat`` / ``gateway-responses`` run from another
   source tree (``--baseline-src DIR``, e.g. ``git archive main src | tar -x -C DIR``): a before/after A/B
   of a code change in one alternating session;
+- ``baseline-chat-store``: ``gateway-chat-store`` run from ``--baseline-src``'s tree (its own SQLite file):
+  the store's before/after, side by side with ``gateway-chat`` (no store) in the same session;
 - ``litellm``: LiteLLM proxy's ``/v1/responses`` bridged to the same Chat Completions mock;
 - ``litellm-responses``: LiteLLM's ``/v1/responses`` passing the Responses mock through.
 
@@ -449,7 +451,8 @@ def main() -> int:
     p.add_argument(
         "--baseline-src",
         metavar="DIR",
-        help="the baseline-chat/baseline-responses contenders run the gateway with PYTHONPATH=DIR/src "
+        help="the baseline-chat/baseline-responses/baseline-chat-store contenders run the gateway with "
+        "PYTHONPATH=DIR/src "
         "(another checkout's code) for a before/after comparison in the same run",
     )
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
@@ -620,29 +623,44 @@ def main() -> int:
                     "baseline": "direct-chat" if chat_side else "direct-responses",
                     "server": gwb,
                 }
-        if "gateway-chat-store" in wanted:
+        # The default SQLite store on: this tree's code, and (baseline-chat-store) --baseline-src's.
+        for store_name, store_src in (("gateway-chat-store", None), ("baseline-chat-store", a.baseline_src)):
+            if store_name not in wanted:
+                continue
+            env = {}
+            if store_name == "baseline-chat-store":
+                if not store_src:
+                    raise SystemExit("the baseline contenders need --baseline-src DIR")
+                src = Path(store_src).resolve() / "src"
+                if not (src / "responses_gateway").is_dir():
+                    raise SystemExit(f"--baseline-src: no responses_gateway package under {src}")
+                results["baseline_src"] = str(src)
+                env["PYTHONPATH"] = str(src)
             port = free_port()
-            cfg = tmp / "gateway-store.yaml"
+            cfg = tmp / f"{store_name}.yaml"
             gateway_config(
                 cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
             )
             exe = Path(PY).parent / "responses-gateway"
             argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
             argv += ["--no-local", "--log-level", "warning", "--workers", "1"]
+            data = tmp / f"{store_name}-data"
+            # Each its own file (an explicit --store-contender-url is for this tree's contender only).
+            url = (store_src is None and a.store_contender_url) or f"sqlite://{data / 'gw.db'}"
             gws = Server(
-                "gateway-store",
+                store_name,
                 argv,
                 f"http://127.0.0.1:{port}/health",
                 proxy_cpus,
                 tmp,
                 env={
+                    **env,
                     "RG_BENCH_UPSTREAM_KEY": "sk-bench",
-                    "RG_DATA_DIR": str(tmp / "gateway-store-data"),
-                    "RG_STORE_URL": a.store_contender_url
-                    or f"sqlite://{tmp / 'gateway-store-data' / 'gw.db'}",
+                    "RG_DATA_DIR": str(data),
+                    "RG_STORE_URL": url,
                 },
             )
-            plan["gateway-chat-store"] = {
+            plan[store_name] = {
                 "port": port,
                 "route": resp,
                 "model": "bench",
