@@ -64,6 +64,9 @@ class Served:
             store_url=self.url,
             data_dir=str(self.data),
             api_keys=(KEY,),
+            # What the first search loads is counted here: no start-up warm-up loading it before
+            # (tests/test_index_warmup.py tests that).
+            warm_indexes=False,
         )
 
     def restart(self) -> None:

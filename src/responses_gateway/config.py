@@ -64,7 +64,8 @@ _UPSTREAM_KEYS = {
     "max_event_bytes",
     "max_error_body_bytes",
 }
-_TOP_KEYS = {"models", "local", "upstream", "mcp_servers", "web_search"}
+_TOP_KEYS = {"models", "local", "upstream", "mcp_servers", "web_search", "file_search"}
+_FILE_SEARCH_KEYS = {"warm_indexes"}
 _SEARCH_KEYS = {"backend", "url", "api_key_env"}
 SEARCH_BACKENDS = ("searxng", "brave")
 _MCP_KEYS = {"label", "url", "transport", "headers_env", "authorization_env"}
@@ -194,6 +195,9 @@ class GatewayConfig:
     models: tuple[ModelConfig, ...] = ()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     web_search: WebSearchConfig | None = None
+    # The file's ``file_search: {warm_indexes: false}``: no start-up warm-up of the vector stores'
+    # indexes (as ``serve --no-warm-indexes``; docs/file-search.md, "Warm-up").
+    warm_indexes: bool = True
     # The embedded model stays available as ``gemma-3-270m`` unless the file says ``local: false``.
     local: bool = True
     upstream: UpstreamConfig = UpstreamConfig()
@@ -297,10 +301,16 @@ class _Parser:
                     raise self.fail(entry, f"mcp_servers[{i}]", f"label {server.label!r} is already used")
                 servers.append(server)
         search = self.web_search(top["web_search"]) if "web_search" in top else None
+        warm = True
+        if "file_search" in top:
+            found = self.mapping(top["file_search"], "file_search", _FILE_SEARCH_KEYS)
+            if "warm_indexes" in found:
+                warm = self.scalar(found["warm_indexes"], "file_search.warm_indexes", bool)
         return GatewayConfig(
             models=tuple(models),
             mcp_servers=tuple(servers),
             web_search=search,
+            warm_indexes=warm,
             local=local,
             upstream=upstream,
         )

@@ -233,7 +233,7 @@ class KeywordIndex:
         ``texts`` (tokenized here: attachments without stored postings of this ``TOKENIZER``)."""
         return dict(self._reads)
 
-    async def _load(self, store_id: str, version: int | None) -> _State:
+    async def _load(self, store_id: str, version: int | None, *, warm: bool = False) -> _State:
         if version is None:
             version = await self._source.version(store_id)
         found = self._states.get(store_id)
@@ -280,7 +280,9 @@ class KeywordIndex:
                     time.monotonic() - started,
                 )
             self._states[store_id] = state
-            self._states.move_to_end(store_id)
+            # A store loaded by the warm-up, not searched yet, goes behind the searched ones: the
+            # first dropped past max_bytes (the warm-up then stops, keeping the most active stores).
+            self._states.move_to_end(store_id, last=not (warm and found is None))
             total = sum(s.nbytes for s in self._states.values())
             while total > self._max and len(self._states) > 1:
                 gone, dropped = self._states.popitem(last=False)
@@ -288,6 +290,13 @@ class KeywordIndex:
                 self._cancel(gone)
             self._maintain(store_id)
             return state
+
+    async def warm(self, store_id: str, version: int) -> bool:
+        """Load the store's index now, as its first search would (the start-up warm-up); a search
+        arriving meanwhile waits for this load, not for another. ``version``: as for ``search``.
+        False when it was not kept: the indexes held are past ``max_bytes``."""
+        await self._load(store_id, version, warm=True)
+        return store_id in self._states
 
     def _maintain(self, store_id: str) -> None:
         running = self._tasks.get(store_id)

@@ -26,7 +26,7 @@ from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
 from .fusion import fuse
 from .keyword_index import TOKENIZER, KeywordIndex, postings, query_terms
-from .vector_index import Index, open_index
+from .vector_index import Index, VectorIndex, open_index
 
 __all__ = ["RetrievalError", "VectorStores", "extract_text"]
 
@@ -39,6 +39,8 @@ MAX_RESULTS = 50
 MAX_CHUNKS_PER_FILE = 20_000
 MAX_QUERY_CHARS = 4096
 MAX_ATTRIBUTES = 16
+# The most stores the start-up warm-up loads (the indexes' memory limits may stop it sooner).
+WARM_STORES = 1000
 
 
 class RetrievalError(ValueError):
@@ -91,6 +93,7 @@ class VectorStores:
         read_file: FileReader,
         remote: Callable[[str], Embedder | None] | None = None,
         vector_index: str = "auto",
+        warm: bool = True,
     ) -> None:
         self._store = store
         self._read_file = read_file
@@ -105,6 +108,10 @@ class VectorStores:
         self._ingest_lock = asyncio.Lock()
         # Stores searched by this process (their indexes may be held): checked by drop_gone.
         self._searched: set[str] = set()
+        # Load the stores' indexes in the background after start (``warm``; ``serve --no-warm-indexes``).
+        self._warm = warm
+        self._warming: asyncio.Task[None] | None = None
+        self.warmed = {"stores": 0, "chunks": 0}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -117,6 +124,55 @@ class VectorStores:
         self._keywords = KeywordIndex(self._tables)
         for store_id, file_id in await self._tables.in_progress():
             self._spawn(self._ingest(store_id, file_id, None))
+        if self._warm:
+            self._warming = asyncio.ensure_future(self._warm_up())
+
+    async def _warm_up(self, limit: int = WARM_STORES) -> None:
+        """Load the indexes of the existing stores (BM25, and the vector back end's when it holds
+        one in memory) one store after another, most recently active first, skipping expired ones,
+        until ``limit`` stores or an index's memory limit: what each store's first search in this
+        process would load, loaded before it. A search meanwhile waits only for its own store's
+        load, if that one is running (each index loads a store once, under that store's lock)."""
+        tables, keywords, index = self.tables, self.keywords, self.index
+        started = time.monotonic()
+        embedder_loaded = False
+        try:
+            for store_id, model, dimensions in await tables.recent_stores(int(time.time()), limit):
+                version = await tables.version(store_id)
+                if version < 0:  # deleted meanwhile
+                    continue
+                if model == LOCAL_MODEL and not embedder_loaded:
+                    # The first search would load the local embedding model too (once per process).
+                    embedder_loaded = True
+                    try:
+                        await asyncio.to_thread(self.embedders[LOCAL_MODEL].embed, ["warm-up"])
+                    except EmbedderUnavailable as exc:
+                        log.warning("the local embedding model did not load: %s", exc)
+                kept = await keywords.warm(store_id, version)
+                held = await index.warm(store_id, dimensions, version)
+                if not kept or (isinstance(index, VectorIndex) and not held):
+                    log.info("warm-up of the file search indexes stopped at %s: their memory limit", store_id)
+                    break
+                self._searched.add(store_id)
+                self.warmed["stores"] += 1
+                stats = keywords.stats(store_id)
+                self.warmed["chunks"] += 0 if stats is None else stats[0]
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("warming the file search indexes failed (searches load them instead)")
+        log.info(
+            "file search indexes of %d vector store(s) loaded (%d chunks, %s) in %.2f s",
+            self.warmed["stores"],
+            self.warmed["chunks"],
+            "BM25" if not isinstance(index, VectorIndex) else "BM25 and vectors",
+            time.monotonic() - started,
+        )
+
+    async def warmed_up(self) -> None:
+        """Wait for the start-up warm-up to end (tests, the benchmark)."""
+        if self._warming is not None:
+            await asyncio.gather(self._warming, return_exceptions=True)
 
     async def sweep(self, now: int | None = None, *, batch: int = 100) -> int:
         """Delete the stores whose ``expires_after`` has passed, with their files and chunks; the
@@ -154,6 +210,10 @@ class VectorStores:
         return gone
 
     async def aclose(self) -> None:
+        if self._warming is not None:
+            self._warming.cancel()
+            await asyncio.gather(self._warming, return_exceptions=True)
+            self._warming = None
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -279,6 +339,17 @@ class VectorStores:
     def keyword_reads(self) -> dict[str, int]:
         """``KeywordIndex.reads`` (nothing before ``start``): the metrics read it."""
         return {} if self._keywords is None else self._keywords.reads
+
+    def vector_reads(self) -> int:
+        """``VectorIndex.reads``: vectors the in-memory index read (0 for the in-database back
+        ends, which hold none): the metrics read it."""
+        return self._index.reads if isinstance(self._index, VectorIndex) else 0
+
+    def warm_up(self) -> dict[str, int]:
+        """The start-up warm-up so far: ``stores`` and ``chunks`` loaded, and ``running`` (1 while
+        it runs): the metrics read it."""
+        running = self._warming is not None and not self._warming.done()
+        return {**self.warmed, "running": int(running)}
 
     @property
     def keywords(self) -> KeywordIndex:

@@ -104,6 +104,11 @@ class Index(Protocol):
         """After a write of the store's chunks: bring what the back end keeps up to date now, so the
         next search does not pay for it."""
 
+    async def warm(self, store_id: str, dimensions: int, version: int) -> bool:
+        """Load what the store's first search in this process would (the start-up warm-up); False
+        when nothing is held for it (a back end that holds nothing, or past its memory limit)."""
+        ...
+
 
 class DatabaseIndex:
     """The search in the database: sqlite-vec or pgvector (``store/vector_search.py``)."""
@@ -140,6 +145,9 @@ class DatabaseIndex:
     async def prepare(self, store_id: str, dimensions: int) -> None:
         await self._search.sync(store_id, dimensions)
 
+    async def warm(self, store_id: str, dimensions: int, version: int) -> bool:
+        return False  # the search runs in the database: nothing to load
+
 
 _told: set[str] = set()
 
@@ -171,8 +179,16 @@ class VectorIndex:
         self._max = max_bytes
         self._matrices: OrderedDict[str, _Matrix] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._reads = 0
 
-    async def _matrix(self, store_id: str, dimensions: int, version: int | None = None) -> _Matrix:
+    @property
+    def reads(self) -> int:
+        """Vectors read from the database into the matrices so far (whole stores and catch-ups)."""
+        return self._reads
+
+    async def _matrix(
+        self, store_id: str, dimensions: int, version: int | None = None, *, warm: bool = False
+    ) -> _Matrix:
         if version is None:
             version = await self._tables.version(store_id)
         found = self._matrices.get(store_id)
@@ -191,8 +207,10 @@ class VectorIndex:
                 self._locks.pop(store_id, None)
                 return _empty(dimensions)
             matrix = await asyncio.to_thread(_caught_up, found, version, listed, rows, dimensions)
+            self._reads += len(rows)
             self._matrices[store_id] = matrix
-            self._matrices.move_to_end(store_id)
+            # Loaded by the warm-up, not searched yet: behind the searched stores, the first dropped.
+            self._matrices.move_to_end(store_id, last=not (warm and found is None))
             total = sum(m.nbytes for m in self._matrices.values())
             while total > self._max and len(self._matrices) > 1:
                 _, dropped = self._matrices.popitem(last=False)
@@ -254,6 +272,10 @@ class VectorIndex:
 
     async def prepare(self, store_id: str, dimensions: int) -> None:
         """Nothing: a matrix is read on the search that needs it (in whichever process serves it)."""
+
+    async def warm(self, store_id: str, dimensions: int, version: int) -> bool:
+        await self._matrix(store_id, dimensions, version, warm=True)
+        return store_id in self._matrices
 
     async def forget(self, store_id: str) -> None:
         self._matrices.pop(store_id, None)

@@ -155,9 +155,11 @@ class GatewayApp:
             self.files.read,
             models_file_embedders(registry),
             vector_index=self.config.vector_index,
+            warm=self.config.warm_indexes,
         )
         if self.metrics is not None:
             self.metrics.bm25_reads(self.vector_stores.keyword_reads)
+            self.metrics.index_loads(self.vector_stores.vector_reads, self.vector_stores.warm_up)
         self._sweeper: asyncio.Future[None] | None = None
         VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         EmbeddingsAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)

@@ -90,6 +90,10 @@ class ServerConfig:
     # measured default per store dialect), ``memory``, ``sqlite-vec``, ``sqlite-vec-bit``, ``pgvector``,
     # ``pgvector-exact``; a back end the store cannot run falls back to ``memory``, logged once.
     vector_index: str = "auto"
+    # Load the existing vector stores' indexes (BM25, and the in-memory vectors) in the background
+    # right after start-up, most recently active first, rather than at each store's first search
+    # (``serve --no-warm-indexes`` turns it off; docs/file-search.md, "Warm-up").
+    warm_indexes: bool = True
 
     def __post_init__(self) -> None:
         if self.keepalive not in ("in_progress", "ping", "comment", "off"):

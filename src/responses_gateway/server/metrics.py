@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -257,6 +257,12 @@ class Metrics:
         (``KeywordIndex.reads``) — as a counter, read at each scrape."""
         self.registry.register(_Reads(reads))
 
+    def index_loads(self, vectors: Callable[[], int], warm_up: Callable[[], Mapping[str, int]]) -> None:
+        """Serve ``vectors()`` (the vectors the in-memory vector index read) and ``warm_up()`` (the
+        start-up warm-up of the file search indexes: ``stores``, ``chunks``, ``running``), read at
+        each scrape."""
+        self.registry.register(_IndexLoads(vectors, warm_up))
+
     def child(self, metric: Family, *labels: str) -> Any:
         """``metric.labels(*labels)``: one dict lookup once made (the label sets are bounded: models
         served × back ends × statuses)."""
@@ -297,3 +303,34 @@ class _Reads(Collector):
         for source, count in sorted(self._reads().items()):
             family.add_metric([source], count)
         yield family
+
+
+class _IndexLoads(Collector):
+    def __init__(self, vectors: Callable[[], int], warm_up: Callable[[], Mapping[str, int]]) -> None:
+        self._vectors = vectors
+        self._warm_up = warm_up
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "responses_gateway_vector_chunks_read",
+            "Vectors the in-memory vector index (file_search, --vector-index memory) read from the "
+            "database: whole stores on their first load, then each write's new chunks.",
+            value=self._vectors(),
+        )
+        warm = self._warm_up()
+        yield CounterMetricFamily(
+            "responses_gateway_index_warmup_stores",
+            "Vector stores whose file search indexes the start-up warm-up loaded (serve "
+            "--no-warm-indexes: none).",
+            value=warm.get("stores", 0),
+        )
+        yield CounterMetricFamily(
+            "responses_gateway_index_warmup_chunks",
+            "Chunks in the vector stores the start-up warm-up loaded.",
+            value=warm.get("chunks", 0),
+        )
+        yield GaugeMetricFamily(
+            "responses_gateway_index_warmup_running",
+            "1 while the start-up warm-up of the file search indexes runs, else 0.",
+            value=warm.get("running", 0),
+        )

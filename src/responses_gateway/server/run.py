@@ -294,6 +294,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "falls back to memory, logged (default auto)",
     )
     parser.add_argument(
+        "--no-warm-indexes",
+        dest="warm_indexes",
+        action="store_false",
+        help="do not load the existing vector stores' search indexes (BM25, in-memory vectors) in the "
+        "background after start-up; each store's first search in a process loads them instead "
+        "(warm-up on by default)",
+    )
+    parser.add_argument(
         "--head-timeout",
         type=float,
         default=DEFAULT_HEAD_TIMEOUT,
@@ -467,6 +475,7 @@ def build_app(
         mcp_servers=mcp_servers,
         mcp_call_timeout=args.mcp_call_timeout,
         vector_index=args.vector_index,
+        warm_indexes=args.warm_indexes and (models is None or models.warm_indexes),
         search_backend=search,
         siblings_dir=siblings_dir,
     )

@@ -206,6 +206,19 @@ class VectorStoreTables:
             )
         return [str(row[0]) for row in rows]
 
+    async def recent_stores(self, now: int, limit: int) -> list[tuple[str, str, int]]:
+        """Up to ``limit`` stores not expired at ``now`` (every owner's), most recently active first
+        (``last_active_at``, then the newest id): (id, embedding model, dimensions). The start-up
+        warm-up's order."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT id, embedding_model, dimensions FROM rg_vector_stores "
+                "WHERE expires_at IS NULL OR expires_at > ? ORDER BY last_active_at DESC, id DESC LIMIT ?",
+                now,
+                limit,
+            )
+        return [(str(row[0]), str(row[1]), int(row[2])) for row in rows]
+
     async def delete_expired(self, store_id: str, now: int) -> bool:
         """Delete the store with its files, batches and chunks if it is still expired at ``now``; False
         when it is not (gone already: another instance's sweep, or a new expiry)."""
