@@ -212,3 +212,18 @@ def test_an_upstream_event_with_an_empty_type_is_dropped() -> None:
     events = asyncio.run(drive("openai", Replay([body], "text/event-stream")))
     assert events is not None
     assert_sound_stream(events)
+
+
+@pytest.mark.parametrize("annotations", ["0", [0, "x", None]])
+def test_an_upstream_done_part_with_bad_annotations_keeps_the_stream_sound(annotations: Any) -> None:
+    """Found by the fuzzing above: an ``output_item.done`` whose text part's ``annotations`` was a
+    string made the passthrough emit one ``annotation.added`` per character, with a string as the
+    annotation. What is not an annotation object is dropped, as a streamed one would be."""
+    chunks = base_chunks("openai")
+    done = next(c for c in chunks if c.get("type") == "response.output_item.done")
+    done["item"]["content"][0]["annotations"] = annotations
+    body = encode_chunks(chunks, WIRES["openai"])
+    events = asyncio.run(drive("openai", Replay([body], "text/event-stream")))
+    assert events is not None
+    assert_sound_stream(events)
+    assert not [e for e in events if e["type"] == "response.output_text.annotation.added"]

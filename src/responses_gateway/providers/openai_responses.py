@@ -265,7 +265,9 @@ class ResponsesRelay:
                     continue
             if kind == "output_text":
                 self._fill_buffer(item, part.get("text"), self.b.text_delta, self.b.held_text)
-                for annotation in part.get("annotations") or []:
+                for annotation in _list(part.get("annotations")):
+                    if not isinstance(annotation, dict):
+                        continue  # not an annotation: dropped, as a streamed one would be
                     if annotation not in item.data["content"][item.content_index]["annotations"]:
                         self.b.annotation(item, annotation)
             elif kind == "refusal" and isinstance(part.get("refusal"), str):
