@@ -586,8 +586,8 @@ class ResponsesAPI:
             )
             recorder.behind(created)
 
-            def check_created(task: asyncio.Task[None]) -> None:
-                error = None if task.cancelled() else task.exception()
+            def check_created(done: asyncio.Future[None]) -> None:
+                error = None if done.cancelled() else done.exception()
                 if error is not None:
                     log.error("storing response %s failed: %s", rid, type(error).__name__)
                     unstored.append(error)

@@ -149,7 +149,7 @@ class Responses:
         self._creates: list[_Create] = []
         self._creator: asyncio.Task[None] | None = None
         # Creates written behind the first events (create_behind), by response id, until done.
-        self._behind: dict[str, asyncio.Task[None]] = {}
+        self._behind: dict[str, asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------------------ create
     async def create_response(
@@ -161,6 +161,26 @@ class Responses:
         :meth:`resolve_input`); items without an ``id`` get one. ``response`` is the snapshot from
         ``new_response``; its ``previous_response_id`` and ``conversation`` link the turn.
         """
+        row, items = self._rows(owner, response, request, input_items)
+        conversation_id = row[6]
+        if conversation_id is not None:
+            async with self.db.transaction() as tx:
+                await conversation_row(tx, owner, conversation_id)
+                await tx.write(_INSERT_RESPONSE, *row)
+                await tx.writemany(_INSERT_ITEM, items)
+            return
+        entry = self._queue_create(row, items)
+        try:
+            await entry[2]
+        except asyncio.CancelledError:
+            if entry in self._creates:
+                self._creates.remove(entry)  # not written yet: it never will be
+            raise
+
+    def _rows(
+        self, owner: str, response: JSON, request: JSON, input_items: list[JSON]
+    ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+        """The ``rg_responses`` row and the ``rg_items`` rows of a new response."""
         conversation = response.get("conversation")
         conversation_id = conversation.get("id") if isinstance(conversation, dict) else None
         rid = response["id"]
@@ -180,43 +200,35 @@ class Responses:
         items = [
             (rid, INPUT, i, it["id"], owner, dumps(it)) for i, it in enumerate(map(with_id, input_items))
         ]
-        if conversation_id is not None:
-            async with self.db.transaction() as tx:
-                await conversation_row(tx, owner, conversation_id)
-                await tx.write(_INSERT_RESPONSE, *row)
-                await tx.writemany(_INSERT_ITEM, items)
-            return
-        # Responses created at the same moment share one transaction (see _write_creates).
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (row, items, done)
+        return row, items
+
+    def _queue_create(self, row: tuple[Any, ...], items: list[tuple[Any, ...]]) -> _Create:
+        """Queue a create for the next shared transaction (see :meth:`_write_creates`)."""
+        loop = asyncio.get_running_loop()
+        entry: _Create = (row, items, loop.create_future())
         self._creates.append(entry)
         if self._creator is None or self._creator.done():
-            self._creator = asyncio.get_running_loop().create_task(
-                self._write_creates(), name="rg-store-create"
-            )
-        try:
-            await done
-        except asyncio.CancelledError:
-            if entry in self._creates:
-                self._creates.remove(entry)  # not written yet: it never will be
-            raise
+            self._creator = loop.create_task(self._write_creates(), name="rg-store-create")
+        return entry
 
     def create_behind(
         self, owner: str, response: JSON, *, request: JSON, input_items: list[JSON]
-    ) -> asyncio.Task[None]:
-        """:meth:`create_response` in a task, so the caller can send its first events while the row
-        is written (the store's added first-event latency under load was this wait). Until it is
-        done, this instance's reads of the response wait for it (:meth:`settled`); its recorder must
-        be told (``EventRecorder.behind``) so no event is written before the row. Another instance
-        asking in that window (a few ms) does not find the response yet."""
-        rid = response["id"]
-        task = asyncio.get_running_loop().create_task(
-            self.create_response(owner, response, request=request, input_items=input_items),
-            name=f"rg-store-create-{rid}",
-        )
-        self._behind[rid] = task
-        task.add_done_callback(lambda _: self._behind.pop(rid, None))
-        return task
+    ) -> asyncio.Future[None]:
+        """:meth:`create_response` without waiting: the returned future is done once the row is
+        written (or holds why it was not), so the caller can send its first events meanwhile (the
+        store's added first-event latency under load was this wait). Until it is done, this
+        instance's reads of the response wait for it (:meth:`settled`); its recorder must be told
+        (``EventRecorder.behind``) so no event is written before the row. Another instance asking in
+        that window (a few ms) does not find the response yet. Not for a conversation's turn (its
+        create checks the conversation first; callers await :meth:`create_response`)."""
+        row, items = self._rows(owner, response, request, input_items)
+        if row[6] is not None:
+            raise ValueError("a conversation's turn is created with create_response")
+        rid = str(row[0])
+        done = self._queue_create(row, items)[2]
+        self._behind[rid] = done
+        done.add_done_callback(lambda _: self._behind.pop(rid, None))
+        return done
 
     async def settled(self, response_id: str) -> None:
         """Wait for a create of ``response_id`` still being written here (see :meth:`create_behind`)."""
