@@ -810,7 +810,8 @@ def main() -> int:
             timeout = ramp + per_worker * nominal_s * 4 + 30
             pooled: dict[str, list[dict[str, Any]]] = {n: [] for n in active}
             meters: dict[str, dict[str, float]] = {
-                n: {"cpu": 0.0, "hwm": 0.0, "lgcpu": 0.0, "mockcpu": 0.0, "wall": 0.0} for n in active
+                n: {"cpu": 0.0, "hwm": 0.0, "lgcpu": 0.0, "mockcpu": 0.0, "wall": 0.0, "load": 0.0}
+                for n in active
             }
             lags: dict[str, list[int]] = {n: [] for n in active}
             for rnd in range(a.rounds):
@@ -838,9 +839,11 @@ def main() -> int:
                     lags[name].extend(r["loop_lag_ns"])
                     pooled[name].extend(r["streams"])
                     ok = sum(1 for s in r["streams"] if s["ok"])
+                    load1 = os.getloadavg()[0]
+                    m["load"] = max(m["load"], load1)
                     log(
                         f"  c={c:<5} round {rnd + 1}/{a.rounds} {name:<18} {ok}/{c * per_worker} ok "
-                        f"in {r['wall_s']:.1f} s"
+                        f"in {r['wall_s']:.1f} s, load average {load1:.2f}"
                     )
             for name in active:
                 if name in stopped:
@@ -854,6 +857,8 @@ def main() -> int:
                 )
                 s["peak_rss_mb"] = None if direct else m["hwm"]
                 s["mock_cpu_s"] = m["mockcpu"]
+                # The machine's 1-minute load average, the highest seen after this contender's runs.
+                s["load_average_max"] = m["load"]
                 s["loadgen_cpu_s"] = m["lgcpu"]
                 s["loadgen_cpu_share"] = m["lgcpu"] / m["wall"] if m["wall"] else None
                 s["loadgen_loop_lag_ms_p99"] = (report.pct(lags[name], 99) or 0) / 1e6
