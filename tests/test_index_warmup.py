@@ -89,7 +89,9 @@ def _attach(client: openai.OpenAI, store_id: str, name: str) -> None:
 def test_a_restart_loads_the_live_stores_before_any_search(tmp_path: Path) -> None:
     script = tmp_path / "m.yaml"
     script.write_text("model: m\nsteps:\n  - message: ['hi']\n")
-    args = ("--no-local", "--script", str(script))
+    # One process: its /metrics count what the searches made it load (with a worker per core, the
+    # search and the scrape may reach different workers; each worker warms up alike).
+    args = ("--no-local", "--script", str(script), "--workers", "1")
     url = f"sqlite://{tmp_path / 'gateway.db'}"
     with serving(tmp_path, *args) as served:
         client = _client(served)
