@@ -36,14 +36,34 @@ class OneBlasThread:
                     return
                 if self._controller is None:
                     self._controller = ThreadpoolController()
+                _release_openblas()
                 self._limit = self._controller.limit(limits=1, user_api="blas")
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
             self._users -= 1
             if self._users == 0 and self._limit is not None:
+                _release_openblas()
                 self._limit.restore_original_limits()
                 self._limit = None
+                _release_openblas()
+
+
+def _release_openblas() -> None:
+    """Let this thread set OpenBLAS's (process-wide) thread count. threadpoolctl 3.8 lets only
+    its "controlling thread" — the first to set a limit, until a ``with threadpool_limits()``
+    block clears it — change a pthreads OpenBLAS's limit, and silently ignores every other
+    thread. The limit here is set and restored by whichever worker thread runs the embedder or
+    the index (asyncio's executor), so without this only the first one had BLAS on one thread:
+    every other ran it on two, its helper spinning (measured 2-4x the CPU of a search at 100k
+    chunks, docs/file-search.md). Entries and exits are serialised by ``_lock``."""
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:  # older threadpoolctl: any thread may set the limit
+        return
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
 
 
 one_blas_thread = OneBlasThread()
