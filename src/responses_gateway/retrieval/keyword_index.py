@@ -62,6 +62,8 @@ import numpy as np
 import numpy.typing as npt
 import Stemmer
 
+from .topk import kth_largest
+
 __all__ = [
     "BM25_B",
     "BM25_K1",
@@ -773,7 +775,7 @@ def _best(
         return []
     if count < len(scores):
         # Every chunk scoring at least the count-th best, so ties at the cut go by chunk id too.
-        cut = -np.partition(-scores, count - 1)[count - 1]
+        cut = kth_largest(scores, count)
         top = np.flatnonzero(scores >= cut)
     else:
         top = np.arange(len(scores))

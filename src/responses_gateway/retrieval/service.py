@@ -17,6 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from .. import documents
 from ..store import NotFound, Store
 from ..store.errors import VectorStoreExpired
@@ -442,18 +445,19 @@ class VectorStores:
     ) -> list[JSON]:
         """The hits of one vector store, best first."""
         try:
-            found = await self.usable(owner, store_id)
+            # The store checked and used, its files and version: one transaction. The version is
+            # read now, so neither index need ask the database again while the other side runs.
+            context = await self.tables.search_context(owner, store_id, int(time.time()))
         except NotFound:
             await self.drop_gone([store_id])  # another instance may have deleted it
             raise
+        except VectorStoreExpired as exc:
+            raise _expired(exc) from None
         self._searched.add(store_id)
         text = query if isinstance(query, str) else " ".join(query)
         weights, threshold = _options(filters, ranking_options)
-        embedder = self.embedder(str(found["embedding_model"]))
-        dimensions = int(found["dimensions"])
-        files = await self.tables.searchable_files(store_id)
-        # Read now, so neither index need ask the database again while the other side runs.
-        version = await self.tables.version(store_id)
+        embedder = self.embedder(context.embedding_model)
+        dimensions, files, version = context.dimensions, context.files, context.version
         allowed = [f for f in files if filters is None or matches(filters, f[2])]
         if not allowed:
             return []
@@ -520,19 +524,24 @@ class VectorStores:
         restrict: list[str] | None,
         version: int,
     ) -> list[int]:
-        try:
-            vector = (await asyncio.to_thread(embedder.embed, [text])).vectors[0]
-        except EmbedderUnavailable as exc:
-            raise RetrievalError(str(exc), None, "upstream_error", 502) from None
-        if vector.shape[0] != dimensions:
-            raise RetrievalError(
-                f"The vector store was built with {dimensions}-dimension vectors; "
-                f"'{embedder.name}' now gives {vector.shape[0]}.",
-                "vector_store_id",
-                "embedding_mismatch",
-            )
+
+        def embedded() -> npt.NDArray[np.float32]:
+            try:
+                vector: npt.NDArray[np.float32] = embedder.embed([text]).vectors[0]
+            except EmbedderUnavailable as exc:
+                raise RetrievalError(str(exc), None, "upstream_error", 502) from None
+            if vector.shape[0] != dimensions:
+                raise RetrievalError(
+                    f"The vector store was built with {dimensions}-dimension vectors; "
+                    f"'{embedder.name}' now gives {vector.shape[0]}.",
+                    "vector_store_id",
+                    "embedding_mismatch",
+                )
+            return vector
+
+        # Embedded in the worker thread that then runs the in-memory product: one hop for both.
         return await self.index.search(
-            store_id, vector, dimensions=dimensions, limit=depth, file_ids=restrict, version=version
+            store_id, embedded, dimensions=dimensions, limit=depth, file_ids=restrict, version=version
         )
 
     async def search_for_tool(

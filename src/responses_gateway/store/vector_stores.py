@@ -24,7 +24,15 @@ from .errors import FileBatchNotFound, VectorStoreExpired, VectorStoreFileNotFou
 from .rows import JSON, check_page_args, page
 from .vector_search import PGVECTOR_PREFIX
 
-__all__ = ["FILE_STATUSES", "ChunkRow", "KeywordChanges", "SegmentKey", "StoredPostings", "VectorStoreTables"]
+__all__ = [
+    "FILE_STATUSES",
+    "ChunkRow",
+    "KeywordChanges",
+    "SearchContext",
+    "SegmentKey",
+    "StoredPostings",
+    "VectorStoreTables",
+]
 
 FILE_STATUSES = ("in_progress", "completed", "cancelled", "failed")
 ChunkRow = tuple[int, str, str]  # chunk id, file id, text
@@ -32,6 +40,15 @@ SegmentKey = tuple[str, int]  # an attachment's chunks: file id, the ingested_ve
 # An attachment's stored postings: its key, its chunk ids (int64 little-endian bytes, file order),
 # the keyword index's blob.
 StoredPostings = tuple[SegmentKey, bytes, bytes]
+
+
+class SearchContext(NamedTuple):
+    """``VectorStoreTables.search_context``'s answer."""
+
+    embedding_model: str
+    dimensions: int
+    version: int  # the store's chunk version, read with the files
+    files: list[tuple[str, str, JSON]]  # completed files: file id, filename, attributes
 
 
 class KeywordChanges(NamedTuple):
@@ -183,6 +200,47 @@ class VectorStoreTables:
                 await self._touch(tx, store_id, now)
                 found = await self._store(tx, owner, store_id)
             return found
+
+    async def search_context(self, owner: str, store_id: str, now: int) -> SearchContext:
+        """What a search needs before either index runs, in one transaction: ``use_store``'s
+        checks and use (``VectorStoreNotFound``, ``VectorStoreExpired``, ``last_active_at`` moved to
+        ``now``) and the store's embedding model and dimensions, its completed files (file id,
+        filename, attributes: ``searchable_files``) and its chunk ``version``, read together. Three
+        trips to the database where the separate calls took eight to eleven (the store object's
+        file counts and usage, which a search does not show, are not read)."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT expires_at, last_active_at, embedding_model, dimensions, version "
+                "FROM rg_vector_stores WHERE id = ? AND owner = ?",
+                store_id,
+                owner,
+            )
+            if row is None:
+                raise VectorStoreNotFound(store_id)
+            if row[0] is not None and int(row[0]) <= now:
+                raise VectorStoreExpired(store_id)
+            if int(row[1]) < now:
+                # Sent with the next statement (the same guarded update as ``use_store``'s).
+                await tx.write(
+                    f"UPDATE rg_vector_stores SET {_TOUCH} WHERE id = ? AND last_active_at < ? "
+                    "AND (expires_at IS NULL OR expires_at > ?)",
+                    now,
+                    now,
+                    store_id,
+                    now,
+                    now,
+                )
+            files = await tx.fetch(
+                "SELECT file_id, filename, attributes FROM rg_vector_store_files "
+                "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
+                store_id,
+            )
+        return SearchContext(
+            str(row[2]),
+            int(row[3]),
+            int(row[4]),
+            [(f[0], f[1], orjson.loads(f[2])) for f in files],
+        )
 
     @staticmethod
     async def _touch(tx: Tx, store_id: str, now: int) -> None:
