@@ -40,7 +40,7 @@ bench: $(STAMP)
 	scripts/bench-deps.sh
 	$(BIN)/python bench/protocol.py
 	$(BIN)/python bench/compiled.py
-	$(BIN)/python bench/instructions.py
+	$(BIN)/python bench/per_request.py --callgrind 20 --deltas 100 --interval-ms 10
 	$(BIN)/python bench/gateway_overhead.py
 
 bench-quick: $(STAMP)

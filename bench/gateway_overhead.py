@@ -88,7 +88,7 @@ def preexec(cpus: set[int] | None) -> Callable[[], None]:
 
 
 # ------------------------------------------------------------------------------------------ /proc
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """The process and all its descendants (LiteLLM's CLI may hand off to a child)."""
     out, todo = [], [pid]
     while todo:
@@ -106,7 +106,7 @@ def _tree(pid: int) -> list[int]:
 def cpu_seconds(pid: int) -> float:
     """On-CPU time of the process tree, every thread, from schedstat (ns; /proc/PID/stat has 10 ms ticks)."""
     total = 0
-    for p in _tree(pid):
+    for p in process_tree(pid):
         try:
             tasks = os.listdir(f"/proc/{p}/task")
         except OSError:
@@ -122,7 +122,7 @@ def cpu_seconds(pid: int) -> float:
 
 def rss_kb(pid: int, field: str = "VmRSS") -> int:
     total = 0
-    for p in _tree(pid):
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
@@ -135,7 +135,7 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
 
 def reset_peak_rss(pid: int) -> None:
     """Writing 5 to clear_refs resets VmHWM, so each run reports its own peak (needs root or owner)."""
-    for p in _tree(pid):
+    for p in process_tree(pid):
         with contextlib.suppress(OSError), open(f"/proc/{p}/clear_refs", "w") as f:
             f.write("5")
 
