@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from responses_gateway import __version__
-from serve_process import GATEWAY, Served, free_port, serve
+from serve_process import GATEWAY, Served, free_port, serve, stop
 
 
 def test_version() -> None:
@@ -186,3 +186,59 @@ def test_one_log_line_per_response_without_content(tmp_path: Path) -> None:
     assert " ttft_ms=" in first and " duration_ms=" in first and " id=resp_" in first
     assert " model=nope?forged " in second and " http=404 " in second
     assert "the-question-text" not in log and "the-answer-text" not in log
+
+
+def _read_to_close(sock: socket.socket, timeout: float = 10.0) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_request_sent_as_shutdown_begins_is_answered(tmp_path: Path) -> None:
+    """A connection accepted just before SIGTERM (or a worker's rolling restart) whose request arrives
+    after it is answered, with ``Connection: close``, instead of being closed unanswered ("Server
+    disconnected without sending a response"); an idle kept-alive connection is closed at once."""
+    import signal
+
+    script = tmp_path / "quick.yaml"
+    script.write_text("model: quick\nsteps: [{message: [ok]}]\n")
+    served = serve(tmp_path, "--no-local", "--script", str(script), "--workers", "1")
+    try:
+        idle = socket.create_connection(("127.0.0.1", served.port))
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        idle.settimeout(10)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += idle.recv(65536)
+        head, _, got = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), reply
+        length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        while len(got) < length:
+            got += idle.recv(65536)
+        fresh = socket.create_connection(("127.0.0.1", served.port))
+        # Accepted by the gateway (connections are accepted in order: one made after it is answered),
+        # nothing sent on it yet.
+        assert served.get("/health").status_code == 200
+        served.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the graceful shutdown has begun: the listener is closed
+            try:
+                socket.create_connection(("127.0.0.1", served.port), timeout=1).close()
+            except ConnectionRefusedError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the gateway still listens 10 s after SIGTERM")
+        body = b'{"model": "quick", "input": "hi"}'
+        head = b"POST /v1/responses HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        fresh.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        answer = _read_to_close(fresh)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:500]
+        assert b"\r\nconnection: close\r\n" in answer.lower()
+        assert b'"text":"ok"' in answer.replace(b" ", b"")
+        assert _read_to_close(idle) == b""  # closed by the shutdown, no request on it
+        served.proc.wait(10)
+    finally:
+        stop(served)

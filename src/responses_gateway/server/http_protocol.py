@@ -60,6 +60,8 @@ __all__ = [
 ]
 
 DEFAULT_HEAD_TIMEOUT = 10.0
+# At a graceful shutdown, how long a connection accepted but not yet read is given for its first request.
+SHUTDOWN_GRACE = 1.0
 DEFAULT_BODY_TIMEOUT = 30.0
 DEFAULT_MAX_CONNECTIONS = 8192
 
@@ -252,6 +254,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._seen_bytes = False
         # The disconnect signal of the latest request (the one uvicorn marks disconnected).
         self._gone: ClientGone | None = None
+        self._requests = 0
+        # Shutting down: the request on its way is served, then the connection closes.
+        self._last_request = False
 
     # -- timers ---------------------------------------------------------------------------------------
 
@@ -348,7 +353,10 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 self.app = app
         else:
             super().on_headers_complete()
+        self._requests += 1
         cycle = self.cycle
+        if cycle is not None and self._last_request:
+            cycle.keep_alive = False
         if cycle is not None and cycle.scope is self.scope:
             # (The request's task has not run yet: it finds these in its scope. A HEAD answer has no
             # body, which uvicorn's send sees to even when the head says chunked: no writer.)
@@ -364,6 +372,26 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+
+    def shutdown(self) -> None:
+        """A graceful shutdown (SIGTERM, a rolling restart): uvicorn closes every connection with no
+        request in progress at once. A connection accepted just before, whose first request has not
+        arrived yet (the client sends it right after connecting), or one whose next request has begun
+        to arrive, would then be closed under a request the client has sent: "Server disconnected
+        without sending a response". Such a connection is given :data:`SHUTDOWN_GRACE` for its
+        request, which is served with ``Connection: close``; an idle kept-alive one closes at once."""
+        cycle = self.cycle
+        between = cycle is None or cycle.response_complete
+        if self.transport.is_closing() or not between or not (self._seen_bytes or not self._requests):
+            super().shutdown()
+            return
+        self._last_request = True
+        if not self._seen_bytes:
+            self.loop.call_later(SHUTDOWN_GRACE, self._shutdown_grace_over)
+
+    def _shutdown_grace_over(self) -> None:
+        if not self._seen_bytes and (self.cycle is None or self.cycle.response_complete):
+            self.transport.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
