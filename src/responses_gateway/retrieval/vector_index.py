@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -54,6 +55,15 @@ _INLINE_ROWS = 20_000
 _SPLIT_ROWS = 50_000
 _helper: ThreadPoolExecutor | None = None
 _helper_lock = threading.Lock()
+
+
+def _forget_helper() -> None:
+    """In a forked child: the helper's thread did not come along, so a new one is made on use."""
+    global _helper, _helper_lock
+    _helper, _helper_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_helper)
 
 # A query vector, or what computes it (the query's embedding), then run in the thread that runs the
 # product: one worker-thread hop for both.
