@@ -69,6 +69,12 @@ _TOUCH = (
     "last_active_at = ?, expires_at = CASE WHEN expires_at IS NULL THEN NULL "
     "ELSE expires_at + (? - last_active_at) END"
 )
+# A use of a live store moves its last_active_at (and a relative expiry with it); parameters: now, now,
+# the store's id, now, now.
+_TOUCH_SQL = (
+    f"UPDATE rg_vector_stores SET {_TOUCH} WHERE id = ? AND last_active_at < ? "
+    "AND (expires_at IS NULL OR expires_at > ?)"
+)
 _FILE_COLUMNS = (
     "f.file_id, f.created_at, f.vector_store_id, f.status, f.last_error, f.attributes, "
     "f.chunking_strategy, f.usage_bytes, f.filename"
@@ -221,15 +227,7 @@ class VectorStoreTables:
                 raise VectorStoreExpired(store_id)
             if int(row[1]) < now:
                 # Sent with the next statement (the same guarded update as ``use_store``'s).
-                await tx.write(
-                    f"UPDATE rg_vector_stores SET {_TOUCH} WHERE id = ? AND last_active_at < ? "
-                    "AND (expires_at IS NULL OR expires_at > ?)",
-                    now,
-                    now,
-                    store_id,
-                    now,
-                    now,
-                )
+                await tx.write(_TOUCH_SQL, now, now, store_id, now, now)
             files = await tx.fetch(
                 "SELECT file_id, filename, attributes FROM rg_vector_store_files "
                 "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
@@ -244,15 +242,7 @@ class VectorStoreTables:
 
     @staticmethod
     async def _touch(tx: Tx, store_id: str, now: int) -> None:
-        await tx.execute(
-            f"UPDATE rg_vector_stores SET {_TOUCH} WHERE id = ? AND last_active_at < ? "
-            "AND (expires_at IS NULL OR expires_at > ?)",
-            now,
-            now,
-            store_id,
-            now,
-            now,
-        )
+        await tx.execute(_TOUCH_SQL, now, now, store_id, now, now)
 
     async def expired_stores(self, now: int, limit: int) -> list[str]:
         """Up to ``limit`` ids of stores whose ``expires_at`` has passed, soonest expired first."""
