@@ -19,6 +19,7 @@ from typing import Any, Literal
 from . import events
 from .events import TERMINAL_EVENTS
 from .json_field import StringFieldStream
+from .native import mypyc_attr
 from .response import ID_PREFIXES, JSON, make_usage, new_id
 from .stop import StopScanner
 
@@ -58,6 +59,7 @@ _OWNED_EVENTS = frozenset(
 )
 
 
+@mypyc_attr(native_class=False)
 class BuilderError(RuntimeError):
     """A provider drove the builder in a way that would emit an invalid stream."""
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from . import events
+from .native import mypyc_attr
 
 __all__ = [
     "PROFILES",
@@ -341,6 +342,7 @@ def _type_name(expected: type | tuple[type, ...]) -> str:
     return names.get(expected, expected.__name__)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StreamChecker:
     """Incremental checker: ``feed`` each event, then ``finish``; both return the new violations.
 

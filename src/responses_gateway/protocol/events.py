@@ -345,7 +345,10 @@ def _index(declared: tuple[EventType, ...]) -> tuple[dict[str, EventType], dict[
 
 
 # Event type -> its declaration; legacy spelling -> the declaration it spells; both together.
-EVENT_TYPES, ALIASES = _index(_DECLARED)
+# (Each annotated on its own: mypyc cannot infer a tuple assignment's parts across the package's modules.)
+_INDEXED = _index(_DECLARED)
+EVENT_TYPES: Final[dict[str, EventType]] = _INDEXED[0]
+ALIASES: Final[dict[str, EventType]] = _INDEXED[1]
 SPELLINGS: Final[dict[str, EventType]] = {**EVENT_TYPES, **ALIASES}
 
 TERMINAL_EVENTS: Final[frozenset[str]] = frozenset(

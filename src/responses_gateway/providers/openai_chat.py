@@ -32,6 +32,7 @@ from typing import Any, Literal
 import orjson
 
 from ..protocol.builder import Item, StreamBuilder
+from ..protocol.native import mypyc_attr
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.sse import SSEMessage
 from .base import Capabilities, ProviderError
@@ -907,6 +908,7 @@ def completion_chunks(body: Any) -> list[JSON]:
 
 
 # ---------------------------------------------------------------------------------------- provider
+@mypyc_attr(native_class=False)
 class OpenAIChatProvider(HTTPProvider[ChatTranslator]):
     """A model behind a Chat Completions endpoint."""
 

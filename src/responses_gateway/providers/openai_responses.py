@@ -21,6 +21,7 @@ import orjson
 
 from ..protocol.builder import TOOL_PHASES, BuilderError, Item, StreamBuilder
 from ..protocol.checker import StreamChecker
+from ..protocol.native import mypyc_attr
 from ..protocol.request import JSON, TOOL_TYPES, ResponseRequest
 from ..protocol.sse import SSEMessage
 from .base import Capabilities, ProviderError
@@ -77,9 +78,11 @@ def build_responses_body(request: ResponseRequest, *, upstream_model: str | None
 
 
 def _fields(item: JSON, *drop: str) -> JSON:
-    return {k: v for k, v in item.items() if k not in ("id", "type", *drop)}
+    dropped = ("id", "type", *drop)  # (not inline: mypyc cannot compile `in` of a starred tuple display)
+    return {k: v for k, v in item.items() if k not in dropped}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ResponsesRelay:
     """Upstream Responses events in, StreamBuilder calls out (sans-IO)."""
 
@@ -571,6 +574,7 @@ _HANDLERS: dict[str, Callable[[ResponsesRelay, JSON], None]] = {
 
 
 # ---------------------------------------------------------------------------------------- provider
+@mypyc_attr(native_class=False)
 class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
     """A model behind OpenAI's Responses API (or a compatible server), relayed through the builder."""
 

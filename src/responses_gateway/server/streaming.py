@@ -36,6 +36,7 @@ from typing import Any, Protocol
 import orjson
 
 from ..protocol.builder import StreamBuilder
+from ..protocol.native import mypyc_attr
 from ..protocol.request import ResponseRequest
 from ..protocol.sse import encode_comment, encode_event
 from ..providers.base import Provider, ProviderError
@@ -89,6 +90,7 @@ def response_headers(
 KEEPALIVE_COMMENT = encode_comment("keepalive")
 
 
+@mypyc_attr(native_class=False)  # (held in a WeakSet: mypyc's native classes take no weak references)
 class ClientWatch:
     """Cancels the request (or worker) task when the client goes away or a stop signal is set.
 
@@ -269,6 +271,7 @@ def _resume(coro: Iterator[Any], yielded: Any) -> Generator[Any, Any, None]:
                 return
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class _Relay:
     """Sends SSE body messages and the keepalive between them.
 
@@ -621,6 +624,7 @@ async def _close(agen: AsyncIterator[None]) -> None:
         log.exception("closing the provider stream failed")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SSESink(_Relay):
     """A streamed response's client: SSE frames, one body message per yield, keepalive, push.
 
@@ -763,6 +767,7 @@ async def send_body(send: Send, body: bytes, builder: StreamBuilder) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class JSONSink:
     """A synchronous response's client: nothing per yield, then one JSON body (or an HTTP error).
 
