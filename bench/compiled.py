@@ -1,15 +1,20 @@
 """The hot path's Python compiled with mypyc against the same source run by the interpreter, side by side.
 
 Run: ``.venv/bin/python bench/compiled.py`` (``make bench`` runs it). It copies ``src/`` to a temporary
-directory, compiles the per-event modules of the sans-IO core there with mypyc (``mypy`` from the test
-extra ships it; a C compiler is on the machine), then runs ``bench/protocol.py`` and an SSE decode /
-encode loop under both trees, alternating, best of ``--rounds``. Nothing is installed: the compiled tree
-exists only for the run.
+directory, compiles there with mypyc (``mypy`` from the test extra ships it; a C compiler is on the
+machine) the modules a relayed event goes through, then runs ``bench/protocol.py`` and an SSE decode /
+encode loop under both trees, alternating, best of ``--rounds``; and, when valgrind is installed,
+``bench/instructions.py`` with the compiled tree as its ``--baseline-src``: instructions per relayed event
+of the whole running gateway, pure ("this tree") against compiled ("baseline"). Nothing is installed:
+the compiled tree exists only for the run (``--keep DIR`` builds it in DIR and keeps it).
 
-Compiled: ``protocol/sse.py`` (SSE decode and encode), ``protocol/builder.py`` (the delta path),
-``protocol/events.py``, ``protocol/json_field.py``, ``protocol/response.py``. The one change compiling
-needs is made in the copy only: ``BuilderError`` (a ``RuntimeError`` subclass) is marked a non-native
-class. What was measured and decided is in docs/performance.md ("Compiled hot path").
+Compiled (``MODULES``): ``protocol/`` sse, builder, events, json_field, response, checker,
+chat_completions; ``providers/`` openai_chat, openai_responses; ``server/streaming.py``. The source
+changes compiling needs are in the source itself (``protocol/native.py``'s ``mypyc_attr``). Not compiled:
+``providers/http1.py`` and ``providers/http_base.py`` (async generators, which this mypyc does not
+implement) and ``server/http_protocol.py`` (uvicorn's protocol subclass, subclassed again at run time).
+What was measured and decided is in docs/performance.md ("Compiled hot path", "The whole per-event
+chain compiled").
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ FIXTURE = (
     / "tests/fixtures/recordings"
     / "openai-responses__reasoning-summary-4-parts-then-text__pydantic-pydantic-ai.sse"
 )
-MODULES = ["sse.py", "builder.py", "events.py", "json_field.py", "response.py"]
+MODULES = [
+    *(f"protocol/{m}.py" for m in ("sse", "builder", "events", "json_field", "response", "checker")),
+    "protocol/chat_completions.py",
+    "providers/openai_chat.py",
+    "providers/openai_responses.py",
+    "server/streaming.py",
+]
 
 SSE_LOOP = r"""
 import time
@@ -60,20 +71,16 @@ print(f"(f) encode_event of a delta                  : {enc:6.2f} µs/event")
 def compiled_tree(workdir: Path) -> Path:
     src = workdir / "src"
     shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    builder = src / "responses_gateway" / "protocol" / "builder.py"
-    text = builder.read_text()
-    text = text.replace(
-        "class BuilderError(RuntimeError):",
-        "from mypy_extensions import mypyc_attr\n\n\n"
-        "@mypyc_attr(native_class=False)\nclass BuilderError(RuntimeError):",
-    )
-    builder.write_text(text)
     mypyc = Path(sys.executable).parent / "mypyc"
-    files = [f"responses_gateway/protocol/{m}" for m in MODULES]
-    done = subprocess.run([str(mypyc), *files], cwd=src, capture_output=True, text=True)
+    files = [f"responses_gateway/{m}" for m in MODULES]
+    config = ["--config-file", str(ROOT / "pyproject.toml")]
+    done = subprocess.run([str(mypyc), *config, *files], cwd=src, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"mypyc failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    built = sorted(p.name for p in (src / "responses_gateway" / "protocol").glob("*.so"))
+    shutil.rmtree(src / "build", ignore_errors=True)
+    built = sorted(
+        str(p.relative_to(src / "responses_gateway")) for p in src.glob("responses_gateway/*/*.so")
+    )
     print(f"compiled with mypyc: {', '.join(built)}")
     return src
 
@@ -105,18 +112,30 @@ def measure(src: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each is kept")
+    parser.add_argument(
+        "--keep", type=Path, help="build the compiled tree in this (empty) directory, keep it"
+    )
+    parser.add_argument("--no-instructions", action="store_true", help="skip bench/instructions.py")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rg-mypyc-") as tmp:
-        compiled = compiled_tree(Path(tmp))
+        workdir = args.keep.resolve() if args.keep else Path(tmp)
+        compiled = compiled_tree(workdir)
         best: dict[str, dict[str, float]] = {"pure": {}, "compiled": {}}
         for _ in range(args.rounds):
             for name, src in (("pure", ROOT / "src"), ("compiled", compiled)):
                 for key, value in measure(src).items():
                     best[name][key] = min(value, best[name].get(key, float("inf")))
-    print(f"{'µs per unit, best of ' + str(args.rounds):46} {'pure':>8} {'mypyc':>8} {'ratio':>7}")
-    for key, pure in best["pure"].items():
-        fast = best["compiled"][key]
-        print(f"{key:46} {pure:8.2f} {fast:8.2f} {pure / fast:6.2f}x")
+        print(f"{'µs per unit, best of ' + str(args.rounds):46} {'pure':>8} {'mypyc':>8} {'ratio':>7}")
+        for key, pure in best["pure"].items():
+            fast = best["compiled"][key]
+            print(f"{key:46} {pure:8.2f} {fast:8.2f} {pure / fast:6.2f}x")
+        if args.no_instructions or shutil.which("valgrind") is None:
+            print("instructions per relayed event: not measured (--no-instructions, or no valgrind)")
+            return
+        print("\nThe whole gateway, pure ('this tree') against compiled ('baseline'):", flush=True)
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        command = [sys.executable, str(ROOT / "bench" / "instructions.py"), "--baseline-src", str(workdir)]
+        subprocess.run(command, env=env, check=True)
 
 
 if __name__ == "__main__":
