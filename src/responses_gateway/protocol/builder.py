@@ -448,7 +448,10 @@ class StreamBuilder:
         # Kept out of :meth:`text_delta` so a request without stop sequences pays one test per delta.
         stop = self.stop
         assert stop is not None
-        if stop.matched is not None:
+        # (A local, not `stop.matched` itself: mypy would narrow `stop.matched` to None for the test after
+        # `feed` below, and mypyc-compiled code trusts that narrowing — a TypeError once it matched.)
+        already = stop.matched
+        if already is not None:
             return  # past a stop sequence: nothing more is output
         if item.part_kind != "output_text":
             self._open_part(item, "output_text")
