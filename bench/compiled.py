@@ -4,9 +4,10 @@ Run: ``.venv/bin/python bench/compiled.py`` (``make bench`` runs it). It copies 
 directory, compiles there with mypyc (``mypy`` from the test extra ships it; a C compiler is on the
 machine) the modules a relayed event goes through, then runs ``bench/protocol.py`` and an SSE decode /
 encode loop under both trees, alternating, best of ``--rounds``; and, when valgrind is installed,
-``bench/instructions.py`` with the compiled tree as its ``--baseline-src``: instructions per relayed event
-of the whole running gateway, pure ("this tree") against compiled ("baseline"). Nothing is installed:
-the compiled tree exists only for the run (``--keep DIR`` builds it in DIR and keeps it).
+``bench/per_request.py --callgrind`` with the compiled tree as its ``--baseline-src``: instructions per
+stream and per delta of the whole running gateway, pure ("gateway-…") against compiled ("baseline-…").
+Nothing is installed: the compiled tree exists only for the run (``--keep DIR`` builds it in DIR and
+keeps it).
 
 Compiled (``MODULES``): ``protocol/`` sse, builder, events, json_field, response, checker,
 chat_completions; ``providers/`` openai_chat, openai_responses; ``server/streaming.py``. The source
@@ -115,7 +116,7 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=Path, help="build the compiled tree in this (empty) directory, keep it"
     )
-    parser.add_argument("--no-instructions", action="store_true", help="skip bench/instructions.py")
+    parser.add_argument("--no-instructions", action="store_true", help="skip the instruction count")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rg-mypyc-") as tmp:
         workdir = args.keep.resolve() if args.keep else Path(tmp)
@@ -132,9 +133,20 @@ def main() -> None:
         if args.no_instructions or shutil.which("valgrind") is None:
             print("instructions per relayed event: not measured (--no-instructions, or no valgrind)")
             return
-        print("\nThe whole gateway, pure ('this tree') against compiled ('baseline'):", flush=True)
+        print("\nThe whole gateway, pure ('gateway-…') against compiled ('baseline-…'):", flush=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        command = [sys.executable, str(ROOT / "bench" / "instructions.py"), "--baseline-src", str(workdir)]
+        command = [
+            sys.executable,
+            str(ROOT / "bench" / "per_request.py"),
+            "--baseline-src",
+            str(workdir),
+            "--callgrind",
+            "20",
+            "--deltas",
+            "100",
+            "--interval-ms",
+            "10",
+        ]
         subprocess.run(command, env=env, check=True)
 
 
