@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 
 from ..protocol.builder import error_event
+from .batches import write_batches
 from .compaction import compact, expand, has_refs
 from .db import Database, Tx
 from .errors import ResponseNotFound
@@ -103,7 +104,8 @@ _Batch = tuple[str, list[JSON], list[str], Times]
 _End = tuple[str, list[JSON], list[str], JSON, Times, "asyncio.Future[bool]"]
 
 
-def _settle_end(done: asyncio.Future[bool], outcome: bool | BaseException) -> None:
+def _settle_ended(entry: _End, outcome: bool | BaseException) -> None:
+    done = entry[5]
     if done.done():
         return
     if isinstance(outcome, BaseException):
@@ -268,9 +270,8 @@ class Events:
         sizes: dict[str, int] = {}
         # Each event is encoded once: for the size limit and for its row.
         encoded: list[_Batch] = []
-        encode = orjson.dumps
         for rid, events, times in batches:
-            texts = [encode(e).decode() for e in events]
+            texts = [dumps(e) for e in events]
             if self.max_response_bytes is not None:
                 kept, sizes[rid] = self._within_limit(rid, events, texts)
                 events, texts, times = events[:kept], texts[:kept], times[:kept]
@@ -481,28 +482,11 @@ class Events:
         flight; under load the responses ending during one write are all written by the next, instead
         of a transaction (and its pages in the WAL) each. A failed shared write is retried one end at a
         time, so one bad row fails only its own response's end."""
-        while self._ends:
-            batch, self._ends = self._ends, []
-            try:
-                applied = await self._write_end_batch(batch)
-            except Exception as exc:
-                if len(batch) == 1:
-                    _settle_end(batch[0][5], exc)
-                    continue
-                for entry in batch:
-                    try:
-                        one = await self._write_end_batch([entry])
-                    except Exception as error:
-                        _settle_end(entry[5], error)
-                    else:
-                        _settle_end(entry[5], one[0])
-                continue
-            except BaseException as exc:  # shutdown: nobody will write these
-                for entry in batch + self._ends:
-                    _settle_end(entry[5], exc)
-                raise
-            for entry, ok in zip(batch, applied, strict=True):
-                _settle_end(entry[5], ok)
+        await write_batches(self._take_ends, self._write_end_batch, _settle_ended)
+
+    def _take_ends(self) -> list[_End]:
+        batch, self._ends = self._ends, []
+        return batch
 
     async def _write_end_batch(self, batch: list[_End]) -> list[bool]:
         """What :meth:`write_events` + :func:`write_final` do for each end of ``batch``, in one

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from .batches import write_batches
 from .compaction import MARK
 from .conversations import append_conversation_items, conversation_row
 from .db import Database, Tx
@@ -96,11 +97,6 @@ async def write_final(
         turn = [orjson.loads(text) for (text,) in inputs] + outputs
         if await tx.fetchone("SELECT 1 FROM rg_conversations WHERE id = ?" + db.for_update, conversation_id):
             await append_conversation_items(tx, conversation_id, turn)
-
-
-def _settle_create(done: asyncio.Future[None], exc: BaseException) -> None:
-    if not done.done():
-        done.set_exception(exc)
 
 
 class CancelSignals:
@@ -244,28 +240,22 @@ class Responses:
         shared write fails, each is retried alone so one bad row fails only its own request. A create
         whose caller went away while it was being written is discarded again.
         """
-        while self._creates:
-            batch, self._creates = self._creates, []
-            try:
-                await self._insert_responses(batch)
-            except Exception as exc:
-                if len(batch) == 1:
-                    _settle_create(batch[0][2], exc)
-                    continue
-                for entry in batch:
-                    try:
-                        await self._insert_responses([entry])
-                    except Exception as one:
-                        _settle_create(entry[2], one)
-                    else:
-                        self._created(entry)
-                continue
-            except BaseException as exc:  # shutdown: nobody will write these
-                for _, _, done in batch + self._creates:
-                    _settle_create(done, exc)
-                raise
-            for entry in batch:
-                self._created(entry)
+        await write_batches(self._take_creates, self._insert_batch, self._settle_created)
+
+    def _take_creates(self) -> list[_Create]:
+        batch, self._creates = self._creates, []
+        return batch
+
+    async def _insert_batch(self, batch: list[_Create]) -> list[None]:
+        await self._insert_responses(batch)
+        return [None] * len(batch)
+
+    def _settle_created(self, entry: _Create, outcome: BaseException | None) -> None:
+        if isinstance(outcome, BaseException):
+            if not entry[2].done():
+                entry[2].set_exception(outcome)
+        else:
+            self._created(entry)
 
     async def _insert_responses(self, batch: list[_Create]) -> None:
         # Requests wait on this before their first event: it goes ahead of queued ends and group
