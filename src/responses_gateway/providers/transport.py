@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -184,18 +183,6 @@ _LEAN_HEADERS = {
 }
 
 
-@functools.lru_cache(maxsize=256)
-def _lean_headers(given: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
-    """The headers a lean POST sends: these defaults, with the provider's ``given`` ones in their
-    place. Header names are case-insensitive: the provider's own (e.g. ``accept:
-    text/event-stream``) replace a default rather than going out beside it. Cached (a provider sends
-    the same few header sets); the mapping returned is shared, never to be changed."""
-    named = dict(_LEAN_HEADERS)
-    for name, value in given:
-        named[name.lower()] = (name, value)
-    return dict(named.values())
-
-
 # Defaults for what one upstream can make the gateway hold in memory (models file: ``upstream:``).
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_ERROR_BYTES = 1024 * 1024
@@ -330,7 +317,13 @@ class Transport:
     async def _post_lean(
         self, url: str, headers: Mapping[str, str], json_body: Any, limits: Timeouts
     ) -> UpstreamResponse:
-        sent = _lean_headers(tuple(headers.items()))
+        # Header names are case-insensitive: the provider's own (e.g. ``accept: text/event-stream``)
+        # replace these defaults rather than going out beside them. (The request's head is cached
+        # per header set below, by http1's ``_request_head``.)
+        named = dict(_LEAN_HEADERS)
+        for name, value in headers.items():
+            named[name.lower()] = (name, value)
+        sent = dict(named.values())
 
         def reading_error(exc: BaseException) -> BaseException:
             if isinstance(exc, TimeoutError | OSError):

@@ -46,7 +46,6 @@ class OneBlasThread:
                 _release_openblas()
                 self._limit.restore_original_limits()
                 self._limit = None
-                _release_openblas()
 
 
 def _release_openblas() -> None:

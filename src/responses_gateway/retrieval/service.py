@@ -151,8 +151,9 @@ class VectorStores:
                         await asyncio.to_thread(self.embedders[LOCAL_MODEL].embed, ["warm-up"])
                     except EmbedderUnavailable as exc:
                         log.warning("the local embedding model did not load: %s", exc)
+                # (No vectors read for a store whose BM25 index did not fit: the warm-up stops there.)
                 kept = await keywords.warm(store_id, version)
-                held = await index.warm(store_id, dimensions, version)
+                held = kept and await index.warm(store_id, dimensions, version)
                 if not kept or (isinstance(index, VectorIndex) and not held):
                     log.info("warm-up of the file search indexes stopped at %s: their memory limit", store_id)
                     break
@@ -299,7 +300,7 @@ class VectorStores:
     ) -> JSON:
         """Attach an uploaded file; for a single file, its text is read now (a bad file is a 400 and
         nothing is attached), for a batch during ingestion (a bad file ends ``failed``)."""
-        await self.usable(owner, store_id, touch=False)
+        await self.usable(owner, store_id)
         meta, data = await self._read_file(owner, file_id)
         text: str | None = None
         if batch_id is None:
@@ -501,12 +502,10 @@ class VectorStores:
             )
         return hits
 
-    async def usable(self, owner: str, store_id: str, *, touch: bool = True) -> JSON:
-        """The store, refused (400 ``vector_store_expired``) once expired; a use (``touch``: a search)
-        moves its ``last_active_at``, the anchor of ``expires_after``."""
+    async def usable(self, owner: str, store_id: str) -> JSON:
+        """The store, refused (400 ``vector_store_expired``) once expired. (A search moves its
+        ``last_active_at``, the anchor of ``expires_after``: ``VectorStoreTables.search_context``.)"""
         try:
-            if touch:
-                return await self.tables.use_store(owner, store_id, int(time.time()))
             found = await self.tables.get_store(owner, store_id)
         except VectorStoreExpired as exc:
             raise _expired(exc) from None
@@ -590,7 +589,7 @@ class VectorStores:
             if owner is None:
                 raise LookupError(store_id)
             try:
-                await self.usable(owner, store_id, touch=False)
+                await self.usable(owner, store_id)
             except NotFound:
                 raise LookupError(store_id) from None
             except RetrievalError as exc:

@@ -254,7 +254,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._seen_bytes = False
         # The disconnect signal of the latest request (the one uvicorn marks disconnected).
         self._gone: ClientGone | None = None
-        self._requests = 0
+        self._served = False  # a request has been read on this connection
         # Shutting down: the request on its way is served, then the connection closes.
         self._last_request = False
 
@@ -353,7 +353,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 self.app = app
         else:
             super().on_headers_complete()
-        self._requests += 1
+        self._served = True
         cycle = self.cycle
         if cycle is not None and self._last_request:
             cycle.keep_alive = False
@@ -382,7 +382,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         request, which is served with ``Connection: close``; an idle kept-alive one closes at once."""
         cycle = self.cycle
         between = cycle is None or cycle.response_complete
-        if self.transport.is_closing() or not between or not (self._seen_bytes or not self._requests):
+        if self.transport.is_closing() or not between or not (self._seen_bytes or not self._served):
             super().shutdown()
             return
         self._last_request = True

@@ -263,11 +263,6 @@ class Metrics:
         each scrape."""
         self.registry.register(_IndexLoads(vectors, warm_up))
 
-    def child(self, metric: Family, *labels: str) -> Any:
-        """``metric.labels(*labels)``: one dict lookup once made (the label sets are bounded: models
-        served × back ends × statuses)."""
-        return metric.labels(*labels)
-
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""
         return generate_latest(self.registry)

@@ -153,7 +153,7 @@ class RequestLog:
         metrics = self.observer.metrics
         if metrics is not None and self.active is None:
             self.active = mode
-            metrics.child(metrics.active_responses, mode).inc()
+            metrics.active_responses.labels(mode).inc()
 
     def fields(self, now: float) -> dict[str, Any]:
         """The record, as the JSON line shows it (no content)."""
@@ -208,42 +208,41 @@ class RequestLog:
         log.info("response %s", _text_line(fields), extra={"rg_fields": extra})
 
     def _count(self, metrics: Metrics, fields: dict[str, Any], now: float) -> None:
-        child = metrics.child
-        child(metrics.http_requests, self.route, self.method, str(self.http_status)).inc()
+        metrics.http_requests.labels(self.route, self.method, str(self.http_status)).inc()
         if self.active is not None:
-            child(metrics.active_responses, self.active).dec()
+            metrics.active_responses.labels(self.active).dec()
         known = self.backend is not None
         model = (fields["model"] or "") if known else ""
         backend = fields["backend"] or ""
         status = fields["status"] or ""
-        child(metrics.responses, model, backend, self.mode, str(self.http_status), status).inc()
+        metrics.responses.labels(model, backend, self.mode, str(self.http_status), status).inc()
         if fields["error"] is not None:
-            child(metrics.response_errors, model, backend, fields["error"]).inc()
+            metrics.response_errors.labels(model, backend, fields["error"]).inc()
         builder = self.builder
         if builder is not None:
             for name, http, code in builder.failed_attempts:
                 failed = self.backends.get(name, name)
-                child(metrics.upstream_errors, _word(failed), str(http), _word(code or "")).inc()
+                metrics.upstream_errors.labels(_word(failed), str(http), _word(code or "")).inc()
             if self.primary is not None and builder.served_by and builder.served_by != self.primary:
-                child(metrics.fallbacks, model, _word(builder.served_by)).inc()
+                metrics.fallbacks.labels(model, _word(builder.served_by)).inc()
         if self.prepared and (self.http_status >= 400 or status == "failed"):
             where = str(self.http_status) if self.http_status >= 400 else "stream"
-            child(metrics.upstream_errors, backend, where, fields["error"] or "").inc()
+            metrics.upstream_errors.labels(backend, where, fields["error"] or "").inc()
         if not known:
             return
         if builder is not None and builder.first_output_at is not None:
-            child(metrics.time_to_first_token, model, backend).observe(builder.first_output_at - self.started)
-        child(metrics.response_duration, model, backend).observe(now - self.started)
+            metrics.time_to_first_token.labels(model, backend).observe(builder.first_output_at - self.started)
+        metrics.response_duration.labels(model, backend).observe(now - self.started)
         if fields["input_tokens"] is not None:
-            child(metrics.tokens, model, backend, "input").inc(int(fields["input_tokens"]))
+            metrics.tokens.labels(model, backend, "input").inc(int(fields["input_tokens"]))
         if fields["output_tokens"] is not None:
-            child(metrics.tokens, model, backend, "output").inc(int(fields["output_tokens"]))
+            metrics.tokens.labels(model, backend, "output").inc(int(fields["output_tokens"]))
         turns = sum(1 for phase in self.timeline if phase[0] == "turn")
-        child(metrics.model_turns, model, backend).inc(turns or (1 if builder is not None else 0))
+        metrics.model_turns.labels(model, backend).inc(turns or (1 if builder is not None else 0))
         for kind, name, started, ended, outcome in self.timeline:
             if kind == "tool":
-                child(metrics.tool_runs, name, outcome).inc()
-                child(metrics.tool_duration, name).observe(ended - started)
+                metrics.tool_runs.labels(name, outcome).inc()
+                metrics.tool_duration.labels(name).observe(ended - started)
 
     def _content(self) -> dict[str, Any]:
         """The request's input and instructions and the Response's output (--log-content only)."""

@@ -336,7 +336,7 @@ class VectorStoresAPI:
                 raise invalid("'file_ids' must name at least one file.", "file_ids", "invalid_value")
             entries = [(file_id, attributes, chunking) for file_id in ids]
         tables = self.service.tables
-        await self.service.usable(owner, vs, touch=False)  # 404, or 400 once expired: no batch made
+        await self.service.usable(owner, vs)  # 404, or 400 once expired: no batch made
         batch_id = f"vsfb_{time.time_ns():016x}{os.urandom(8).hex()}"
         await tables.create_batch(owner, vs, batch_id, int(time.time()))
         for file_id, attrs, strategy in entries:

@@ -192,27 +192,13 @@ class VectorStoreTables:
         async with self.db.transaction() as tx:
             return await self._store(tx, owner, store_id)
 
-    async def use_store(self, owner: str, store_id: str, now: int) -> JSON:
-        """The store, for a search or an attach: ``VectorStoreExpired`` once its ``expires_at`` has
-        passed, else its ``last_active_at`` moved to ``now`` (and ``expires_at`` with it).
-
-        An expired store is never moved back to life: the update is guarded by the same condition, so
-        a sweep (any instance's) deleting it and a use racing it agree."""
-        async with self.db.transaction() as tx:
-            found = await self._store(tx, owner, store_id)
-            if found["expires_at"] is not None and found["expires_at"] <= now:
-                raise VectorStoreExpired(store_id)
-            if found["last_active_at"] < now:
-                await self._touch(tx, store_id, now)
-                found = await self._store(tx, owner, store_id)
-            return found
-
     async def search_context(self, owner: str, store_id: str, now: int) -> SearchContext:
-        """What a search needs before either index runs, in one transaction: ``use_store``'s
-        checks and use (``VectorStoreNotFound``, ``VectorStoreExpired``, ``last_active_at`` moved to
-        ``now``) and the store's embedding model and dimensions, its completed files (file id,
-        filename, attributes: ``searchable_files``) and its chunk ``version``, read together. Three
-        trips to the database where the separate calls took eight to eleven (the store object's
+        """What a search needs before either index runs, in one transaction: the store's checks
+        (``VectorStoreNotFound``, ``VectorStoreExpired``), its use (``last_active_at`` moved to
+        ``now``, and a relative ``expires_at`` with it; never an expired store's: the update is
+        guarded by the same condition, so a sweep deleting it and a use racing it agree), and the
+        store's embedding model and dimensions, its completed files (file id, filename, attributes)
+        and its chunk ``version``, read together. Three trips to the database (the store object's
         file counts and usage, which a search does not show, are not read)."""
         async with self.db.transaction() as tx:
             row = await tx.fetchone(
@@ -226,7 +212,7 @@ class VectorStoreTables:
             if row[0] is not None and int(row[0]) <= now:
                 raise VectorStoreExpired(store_id)
             if int(row[1]) < now:
-                # Sent with the next statement (the same guarded update as ``use_store``'s).
+                # Sent with the next statement.
                 await tx.write(_TOUCH_SQL, now, now, store_id, now, now)
             files = await tx.fetch(
                 "SELECT file_id, filename, attributes FROM rg_vector_store_files "
@@ -711,16 +697,6 @@ class VectorStoreTables:
             return await self._batch(tx, owner, store_id, batch_id)
 
     # ------------------------------------------------------------------ search
-    async def searchable_files(self, store_id: str) -> list[tuple[str, str, JSON]]:
-        """(file id, filename, attributes) of the store's completed files."""
-        async with self.db.transaction() as tx:
-            rows = await tx.fetch(
-                "SELECT file_id, filename, attributes FROM rg_vector_store_files "
-                "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
-                store_id,
-            )
-        return [(row[0], row[1], orjson.loads(row[2])) for row in rows]
-
     async def version(self, store_id: str) -> int:
         """The store's chunk version: it moves with every write or delete of its chunks."""
         async with self.db.transaction() as tx:
