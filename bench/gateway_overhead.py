@@ -212,6 +212,15 @@ class Server:
             self.proc.wait(5)
 
 
+def mock_server(
+    port: int, deltas: int, interval_ms: float, cpus: set[int] | None, logdir: Path, first_delay_ms: float = 0
+) -> Server:
+    """``mock_upstream.py`` on ``port`` (not started): ``deltas`` deltas ``interval_ms`` apart."""
+    argv = [PY, str(HERE / "mock_upstream.py"), "--port", str(port), "--deltas", str(deltas)]
+    argv += ["--interval-ms", str(interval_ms), "--first-delay-ms", str(first_delay_ms)]
+    return Server("mock", argv, f"http://127.0.0.1:{port}/health", cpus, logdir)
+
+
 def ensure_venv(venv: Path, packages: list[str], probe: str, install: bool) -> str | None:
     """Create ``venv`` with ``packages`` unless ``probe`` imports there; the failure reason, or None."""
     py = venv / "bin" / "python"
@@ -486,24 +495,7 @@ def main() -> int:
     con: dict[str, Any] = results["contenders"]
     try:
         mock_port = free_port()
-        mock = Server(
-            "mock",
-            [
-                PY,
-                str(HERE / "mock_upstream.py"),
-                "--port",
-                str(mock_port),
-                "--deltas",
-                str(deltas),
-                "--interval-ms",
-                str(a.interval_ms),
-                "--first-delay-ms",
-                str(a.first_delay_ms),
-            ],
-            f"http://127.0.0.1:{mock_port}/health",
-            load_cpus,
-            tmp,
-        )
+        mock = mock_server(mock_port, deltas, a.interval_ms, load_cpus, tmp, a.first_delay_ms)
         servers.append(mock)
         reason = mock.start(15)
         if reason:

@@ -47,6 +47,7 @@ from gateway_overhead import (  # noqa: E402  (a sibling script, not a package)
     gateway_config,
     log,
     make_spec,
+    mock_server,
     process_tree,
     run_loadgen,
 )
@@ -289,22 +290,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rg-perreq-") as tmpdir:
         tmp = Path(tmpdir)
         mock_port = free_port()
-        mock = Server(
-            "mock",
-            [
-                PY,
-                str(HERE / "mock_upstream.py"),
-                "--port",
-                str(mock_port),
-                "--deltas",
-                str(a.deltas),
-                "--interval-ms",
-                str(a.interval_ms),
-            ],
-            f"http://127.0.0.1:{mock_port}/health",
-            None if a.no_pin else {0},
-            tmp,
-        )
+        mock = mock_server(mock_port, a.deltas, a.interval_ms, None if a.no_pin else {0}, tmp)
         if (why := mock.start(30)) is not None:
             raise SystemExit(f"mock did not start: {why}")
         try:
