@@ -353,3 +353,36 @@ def test_sigterm_with_an_open_stream_ends_it_and_exits(
     events = decoder.feed(replay.content) + decoder.flush()
     check_stream(events, strict=False)
     assert events[-1]["type"] == "response.failed"
+
+
+def _open_and_close(path: str, barrier: Any) -> None:
+    import asyncio
+
+    from responses_gateway.store import open_store
+
+    async def main() -> None:
+        barrier.wait()
+        store = await open_store(f"sqlite:///{path}")
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_workers_opening_a_new_sqlite_file_together_all_start(tmp_path: Path) -> None:
+    """The workers of ``serve --workers N`` open the store at the same moment. On a new file, turning
+    WAL on needs an exclusive lock SQLite does not wait for while another connection reads: one
+    worker's start-up failed with "database is locked" (3 in 30 such pairs before the fix)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    failed = 0
+    for round_ in range(20):
+        path = str(tmp_path / f"gateway-{round_}.db")
+        barrier = context.Barrier(2)
+        procs = [context.Process(target=_open_and_close, args=(path, barrier)) for _ in range(2)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(60)
+        failed += sum(proc.exitcode != 0 for proc in procs)
+    assert failed == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -150,6 +151,23 @@ def _rollback(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode (persistent: a file already in it needs nothing). Turning it on
+    takes an exclusive lock, for which SQLite does not wait on its busy handler when another
+    connection is reading: the workers of ``serve --workers N`` opening a new file together could
+    fail start-up with "database is locked". Such a refusal is retried for up to 30 s."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        try:
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class SqliteDatabase(Database):
     """A SQLite file in WAL mode, created (with its directory) on first use."""
 
@@ -177,7 +195,7 @@ class SqliteDatabase(Database):
             # (store/sqlite_vec.py; when it cannot load, the vector search falls back and says why).
             sqlite_vec.load()
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-            conn.execute("PRAGMA journal_mode=WAL")
+            _use_wal(conn)
             # NORMAL in WAL mode is crash-safe for the database; only the last commits can be lost on
             # power failure, never half of one.
             conn.execute("PRAGMA synchronous=NORMAL")
