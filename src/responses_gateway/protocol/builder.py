@@ -436,6 +436,31 @@ class StreamBuilder:
         self._open_part(item, "output_text")
 
     def text_delta(self, item: Item, delta: str, logprobs: list[JSON] | None = None) -> None:
+        if (
+            item.part_kind == "output_text"
+            and item.open
+            and self.stop is None
+            and not logprobs
+            and item.kind == "message"
+            and self._open.get(item.id) is item
+        ):
+            # Most deltas of a stream: text into the open output_text part of a live message, no stop
+            # sequence to watch. What the general path below does for them, in one step.
+            item.buf.append(delta)
+            seq = self._seq
+            self._seq = seq + 1
+            self._pending.append(
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": seq,
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "content_index": item.content_index,
+                    "delta": delta,
+                    "logprobs": [],
+                }
+            )
+            return
         self._live(item, "message")
         if self.stop is not None:
             self._stop_text_delta(item, delta, logprobs)

@@ -378,6 +378,8 @@ class StreamChecker:
         if self._finished:
             raise RuntimeError("finish() was already called")
         new: list[Violation] = []
+        if type(event) is dict and self.feed_delta(event):
+            return new
         index = self._index
         self._index += 1
         if not isinstance(event, dict) or not isinstance(event.get("type"), str) or not event["type"]:
@@ -385,18 +387,6 @@ class StreamChecker:
             return new
         etype: str = event["type"]
         seq_raw = event.get("sequence_number")
-        fast = self._fast.get(etype)
-        if (
-            fast is not None
-            and type(seq_raw) is int
-            and seq_raw == self._expected_seq
-            and index
-            and self._terminal is None
-            and self._pending_error is None
-            and self._fast_delta(event, fast)
-        ):
-            self._expected_seq = seq_raw + 1
-            return new
         seq: int = seq_raw if isinstance(seq_raw, int) and not isinstance(seq_raw, bool) else index
         self._check_sequence(new, event, seq_raw, index)
 
@@ -435,6 +425,30 @@ class StreamChecker:
         handler = _HANDLERS[rule.scope]
         handler(self, new, event, etype, rule, seq)
         return new
+
+    def feed_delta(self, event: dict[str, Any]) -> bool:
+        """:meth:`feed`'s fast path alone: True when ``event`` is a text or reasoning delta that the
+        full rules take without a word (it has then been fed); False, with nothing changed, when
+        :meth:`feed` must judge it. A relay that already holds the parsed event calls this first."""
+        etype = event.get("type")
+        if type(etype) is not str:
+            return False
+        fast = self._fast.get(etype)
+        seq = event.get("sequence_number")
+        if (
+            fast is None
+            or type(seq) is not int
+            or seq != self._expected_seq
+            or not self._index
+            or self._terminal is not None
+            or self._pending_error is not None
+            or self._finished
+            or not self._fast_delta(event, fast)
+        ):
+            return False
+        self._index += 1
+        self._expected_seq = seq + 1
+        return True
 
     def feed_all(self, events: Iterable[Any]) -> list[Violation]:
         """Feed several events; return the violations they produced."""

@@ -209,6 +209,34 @@ class SSEDecoder:
             raise self._too_large(self._limit)
         return out
 
+    def single(self, data: bytes) -> tuple[bytes, bytes] | None:
+        """``data`` as ``(event name, data)`` when it is exactly one whole event and the decoder is
+        between events; None otherwise, and then :meth:`feed` must take it. Nothing is consumed.
+
+        The usual upstream read at a model's pace is one event: a ``data:`` line, or an ``event:``
+        line and a ``data:`` line, then a blank line (LF only). A caller that can act on the raw
+        payload skips the message object and the text decode (the event name is ``b""`` when there
+        is no ``event:`` line); the outcome is the one :meth:`feed` would give for these bytes.
+        """
+        if self._tail or self._data or self._has_fields or self._skip_lf or not self._bom_checked:
+            return None
+        if data[-2:] != b"\n\n" or data.find(b"\r") >= 0:
+            return None
+        if data[:6] == b"data: ":
+            event = b""
+            body = data[6:-2]
+        elif data[:7] == b"event: ":
+            end = data.find(b"\n")
+            if data[end + 1 : end + 7] != b"data: ":
+                return None
+            event = data[7:end]
+            body = data[end + 7 : -2]
+        else:
+            return None
+        if body.find(b"\n") >= 0 or (self._limit is not None and len(body) > self._limit):
+            return None
+        return event, body
+
     def flush(self, dispatch_incomplete: bool = False) -> list[SSEMessage]:
         """Signal end of stream; return events it completes (none, per spec, unless asked otherwise).
 

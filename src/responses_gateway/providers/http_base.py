@@ -131,6 +131,12 @@ class HTTPProvider(Provider, Generic[T]):
         """The function applying one SSE message to a translator (called per event: keep it a plain
         function, not a bound method or a wrapper)."""
 
+    def fast_path(self, turn: T) -> Callable[[bytes, bytes], bool] | None:
+        """The translator's fast path for one whole upstream event, if it has one: called with the
+        event's name and raw data (``SSEDecoder.single``), True when it applied the event, False (with
+        nothing changed) when the decoder and :meth:`dispatcher` must take it."""
+        return None
+
     async def follow_up(self, turn: T, body: JSON) -> tuple[UpstreamResponse, JSON] | None:
         """After a reply was read: the next request of the same response and its (accepted) answer, or
         None when the response is complete (the default). A ProviderError raised here ends the response
@@ -173,6 +179,8 @@ class HTTPProvider(Provider, Generic[T]):
         # One decoder for every reply of this response (``flush`` readies it for the next one).
         decoder = self._transport.sse_decoder()
         feed = decoder.feed
+        single = decoder.single
+        fast = self.fast_path(turn)
         start = builder.sequence_number
         while True:
             try:
@@ -183,8 +191,9 @@ class HTTPProvider(Provider, Generic[T]):
                         # The server sends as we go: each upstream read is translated and sent from
                         # the socket's callback, with no task hop per event.
                         def on_chunk(raw_chunk: bytes) -> Awaitable[None] | None:
-                            for msg in feed(raw_chunk):
-                                dispatch(turn, msg)
+                            if fast is None or (one := single(raw_chunk)) is None or not fast(*one):
+                                for msg in feed(raw_chunk):
+                                    dispatch(turn, msg)
                             if turn.error is not None:
                                 raise StopPumping
                             wait = None
@@ -198,8 +207,9 @@ class HTTPProvider(Provider, Generic[T]):
                         await resp.pump(on_chunk)
                     else:
                         async for raw_chunk in resp.iter_chunks():
-                            for msg in feed(raw_chunk):
-                                dispatch(turn, msg)
+                            if fast is None or (one := single(raw_chunk)) is None or not fast(*one):
+                                for msg in feed(raw_chunk):
+                                    dispatch(turn, msg)
                             if turn.error is not None:
                                 break
                             if turn.dirty:

@@ -45,7 +45,7 @@ from .custom_tools import (
 )
 from .http_base import HTTPProvider
 from .transport import Timeouts, Transport
-from .upstream_errors import from_error_payload, from_http, redact_url, translate
+from .upstream_errors import from_error_payload, from_http, malformed_event, redact_url, translate
 
 __all__ = [
     "ChatDialect",
@@ -583,6 +583,58 @@ class ChatTranslator:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice)
 
+    def fast(self, event: bytes, data: bytes) -> bool:
+        """One whole upstream event (``SSEDecoder.single``) that is a plain text delta into the open
+        message: applied here, with what ``_dispatch``, ``on_chunk`` and ``_choice`` would do for it,
+        and True. False, with nothing changed, for anything else: the general path takes it then.
+
+        Most chunks of a stream are these; this skips the message object, the text decode and the
+        probing of every field the general path looks for.
+        """
+        message = self.message
+        if (
+            event
+            or message is None
+            or not message.open
+            or self._rs_active
+            or self.reasoning is not None
+            or self.done
+            or self.error is not None
+            or data[:1] != b"{"
+        ):
+            return False
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        if type(chunk) is not dict or chunk.get("usage") is not None or chunk.get("error") is not None:
+            return False
+        choices = chunk.get("choices")
+        if type(choices) is not list or len(choices) != 1 or "x_groq" in chunk:
+            return False
+        choice = choices[0]
+        if (
+            type(choice) is not dict
+            or choice.get("index", 0) != 0
+            or choice.get("finish_reason") is not None
+            or choice.get("logprobs") is not None
+        ):
+            return False
+        delta = choice.get("delta")
+        if type(delta) is not dict or not _PLAIN_DELTA.issuperset(delta):
+            return False
+        content = delta.get("content")
+        if type(content) is not str or not content:
+            return False
+        try:
+            self.b.text_delta(message, content)
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise malformed_event(exc) from None
+        self.dirty = True
+        return True
+
     def _choice(self, choice: JSON) -> None:
         delta: JSON = _obj(choice.get("delta")) or _obj(choice.get("message"))
         content = delta.get("content")
@@ -997,6 +1049,9 @@ class OpenAIChatProvider(HTTPProvider[ChatTranslator]):
 
     def dispatcher(self) -> Callable[[ChatTranslator, SSEMessage], None]:
         return _dispatch
+
+    def fast_path(self, turn: ChatTranslator) -> Callable[[bytes, bytes], bool] | None:
+        return turn.fast
 
 
 def _dispatch(turn: ChatTranslator, msg: SSEMessage) -> None:

@@ -27,7 +27,7 @@ from ..protocol.sse import SSEMessage
 from .base import Capabilities, ProviderError
 from .http_base import HTTPProvider
 from .transport import Timeouts, Transport
-from .upstream_errors import from_error_payload, translate
+from .upstream_errors import from_error_payload, malformed_event, translate
 
 __all__ = ["GATEWAY_FIELDS", "OpenAIResponsesProvider", "ResponsesRelay", "build_responses_body"]
 
@@ -118,6 +118,40 @@ class ResponsesRelay:
             return
         else:
             self._passthrough(event)
+
+    def fast(self, event: bytes, data: bytes) -> bool:
+        """One whole upstream event (``SSEDecoder.single``) that is an output text delta the checker
+        takes on its fast path: applied here, as ``_dispatch`` and ``on_event`` would, and True.
+        False, with nothing changed, for anything else: the general path takes it then.
+
+        Most events of a stream are these; this skips the message object, the text decode and the
+        dispatch layers.
+        """
+        if self.done:
+            return False
+        if event:
+            if event != _TEXT_DELTA_NAME:
+                return False
+        elif not data.startswith(_TEXT_DELTA_HEAD):
+            return False
+        try:
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        if type(payload) is not dict or payload.get("type") != "response.output_text.delta":
+            return False
+        checker = self.checker
+        if checker is not None and not checker.feed_delta(payload):
+            return False
+        try:
+            self._text_delta(payload)
+        except ProviderError:
+            raise
+        except BuilderError as exc:
+            log.warning("dropping upstream %s: %s", payload.get("type"), exc)
+        except Exception as exc:
+            raise malformed_event(exc) from None
+        return True
 
     def _check(self, event: JSON) -> None:
         if self.checker is None:
@@ -536,6 +570,11 @@ _TOOL_EVENT_PHASES = frozenset(
     {"in_progress", "completed", "failed", *(p for ps in TOOL_PHASES.values() for p in ps)}
 )
 
+# How an output text delta begins (ResponsesRelay.fast): its SSE event name, or its JSON data when the
+# upstream sends no ``event:`` line (OpenAI puts ``type`` first).
+_TEXT_DELTA_NAME = b"response.output_text.delta"
+_TEXT_DELTA_HEAD = b'{"type":"response.output_text.delta"'
+
 _HANDLERS: dict[str, Callable[[ResponsesRelay, JSON], None]] = {
     "response.created": ResponsesRelay._ignore,
     "response.in_progress": ResponsesRelay._ignore,
@@ -662,6 +701,9 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
 
     def dispatcher(self) -> Callable[[ResponsesRelay, SSEMessage], None]:
         return _dispatch
+
+    def fast_path(self, turn: ResponsesRelay) -> Callable[[bytes, bytes], bool] | None:
+        return turn.fast
 
 
 def replay_response(relay: ResponsesRelay, body: Any) -> None:
