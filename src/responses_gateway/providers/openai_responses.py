@@ -141,9 +141,9 @@ class ResponsesRelay:
         if type(payload) is not dict or payload.get("type") != "response.output_text.delta":
             return False
         checker = self.checker
-        if checker is not None and not checker.feed_delta(payload):
-            return False
         try:
+            if checker is not None and not checker.feed_delta(payload):
+                return False
             self._text_delta(payload)
         except ProviderError:
             raise

@@ -20,17 +20,13 @@ from ..protocol.request import ResponseRequest
 from ..store import Store
 from .errors import HTTPError
 from .http_protocol import ClientGone
-from .streaming import Direct, Frames, JSONSink, Sink, SSESink
+from .streaming import Direct, Frames, JSONSink, Sink, SSESink, unsealed
 from .types import Receive, Send
 
 __all__ = ["DialectClient", "DialectSink", "DialectStream", "Frames", "renamed", "sse_data", "sse_event"]
 
 JSON = dict[str, Any]
 Seal = Callable[[list[JSON]], list[JSON]]
-
-
-def _identity(events: list[JSON]) -> list[JSON]:
-    return events
 
 
 class DialectStream(SSESink):
@@ -48,7 +44,7 @@ class DialectStream(SSESink):
         receive: Receive,
         *,
         frames: Frames,
-        seal: Seal = _identity,
+        seal: Seal = unsealed,
         keepalive: bytes | None = None,
         interval: float = 10.0,
         direct: Direct | None = None,
@@ -80,7 +76,7 @@ class DialectSink(JSONSink):
         receive: Receive,
         *,
         body: Callable[[JSON], bytes],
-        seal: Seal = _identity,
+        seal: Seal = unsealed,
         gone: ClientGone | None = None,
     ) -> None:
         super().__init__(send, receive, seal=seal, body=body, gone=gone)

@@ -58,7 +58,17 @@ from .http_protocol import ClientGone, body_writer, client_gone
 from .namespaces import Flattening, adapt_tools
 from .request_log import Observer, RequestLog
 from .router import Router
-from .streaming import DetachedSink, Direct, JSONSink, Recording, Sink, SSESink, drive, follow_stream
+from .streaming import (
+    DetachedSink,
+    Direct,
+    JSONSink,
+    Recording,
+    Sink,
+    SSESink,
+    drive,
+    follow_stream,
+    unsealed,
+)
 from .types import Receive, Scope, Send
 
 
@@ -217,10 +227,6 @@ def presenter(sealer: Sealer | None, owner: str) -> Seal:
         return out
 
     return present
-
-
-def _identity(events: list[JSON]) -> list[JSON]:
-    return events
 
 
 # ---------------------------------------------------------------------------------------- queries
@@ -547,7 +553,7 @@ class ResponsesAPI:
         app = self.app
         request, provider, owner, turn = ready.request, ready.provider, ready.owner, ready.turn
         client_tools, flattening, store = ready.client_tools, ready.flattening, app.store
-        seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else _identity
+        seal = presenter(app.sealer, owner) if ENCRYPTED in request.include else unsealed
         echo = request.echo()
         echo["tools"], echo["tool_choice"] = public_tools(client_tools[0]), client_tools[1]
         if flattening.dropped:

@@ -59,6 +59,7 @@ __all__ = [
     "follow_stream",
     "stop_all_runs",
     "stop_run",
+    "unsealed",
 ]
 
 JSON = dict[str, Any]
@@ -201,7 +202,8 @@ Frames = Callable[[list[JSON]], bytes]
 Direct = Callable[[bytes], bool]
 
 
-def _identity(events: list[JSON]) -> list[JSON]:
+def unsealed(events: list[JSON]) -> list[JSON]:
+    """The :data:`Seal` that shows events as they are (no ``include`` asks for sealed content)."""
     return events
 
 
@@ -309,7 +311,7 @@ class _Relay:
         mode: KeepaliveMode,
         interval: float,
         record: Callable[[list[JSON], JSON | None], None] = _no_record,
-        seal: Seal = _identity,
+        seal: Seal = unsealed,
         direct: Direct | None = None,
         frames: Frames | None = None,
         keepalive_body: bytes = KEEPALIVE_COMMENT,
@@ -649,7 +651,7 @@ class SSESink(_Relay):
         *,
         keepalive: KeepaliveMode,
         keepalive_interval: float,
-        seal: Seal = _identity,
+        seal: Seal = unsealed,
         direct: Direct | None = None,
         frames: Frames | None = None,
         keepalive_body: bytes = KEEPALIVE_COMMENT,
@@ -695,8 +697,15 @@ class SSESink(_Relay):
         events = builder.take()
         if not events:
             return None
-        self._record(events, None)
-        body = self._frames(self._seal(events))
+        # The usual case (no store, nothing sealed, Responses SSE, one event) without a call per step.
+        record = self._record
+        if record is not _no_record:
+            record(events, None)
+        seal = self._seal
+        if seal is not unsealed:
+            events = seal(events)
+        frames = self._frames
+        body = encode_event(events[0]) if frames is _encode and len(events) == 1 else frames(events)
         if not body:
             return None
         return self.write(body)
@@ -787,7 +796,7 @@ class JSONSink:
         send: Send,
         receive: Receive,
         *,
-        seal: Seal = _identity,
+        seal: Seal = unsealed,
         body: Callable[[JSON], bytes] = orjson.dumps,
         gone: ClientGone | None = None,
     ) -> None:
@@ -924,7 +933,7 @@ async def follow_stream(
     receive: Receive,
     events: AsyncIterator[JSON],
     *,
-    seal: Seal = _identity,
+    seal: Seal = unsealed,
     keepalive: bool = True,
     keepalive_interval: float = 10.0,
     direct: Direct | None = None,
