@@ -122,3 +122,18 @@ def test_a_hosted_call_cut_short_is_closed_not_left_to_run() -> None:
     assert builder.hosted_pending() == [] and item.data["status"] == "incomplete"
     events = builder.take()
     assert "response.code_interpreter_call_code.done" in [e["type"] for e in events]
+
+
+def test_code_streamed_into_an_item_whose_code_is_not_text() -> None:
+    # A passthrough upstream announcing a code_interpreter_call with a number for its code, then streaming
+    # code: the item's code is the streamed text, and failing the response closes it cleanly (this used
+    # to raise TypeError while joining the code).
+    builder = StreamBuilder(new_response("m"))
+    builder.start()
+    item = builder.open_item("code_interpreter_call", {"code": 5, "container_id": "cntr_1", "outputs": None})
+    builder.code_delta(item, "print(1)")
+    builder.fail("server_error", "the upstream closed the connection")
+    events = builder.take()
+    done = next(e for e in events if e["type"] == "response.code_interpreter_call_code.done")
+    assert done["code"] == "print(1)"
+    assert events[-1]["type"] == "response.failed"

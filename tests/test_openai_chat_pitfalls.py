@@ -78,6 +78,22 @@ def test_pitfall_10_usage_is_overwritten_not_added(upstream: UpstreamMock) -> No
     assert (final["input_tokens"], final["output_tokens"], final["total_tokens"]) == (10, 3, 13)
 
 
+def test_usage_details_that_are_not_objects_are_ignored(upstream: UpstreamMock) -> None:
+    # A server sending a number where the token details object goes: the counts it does send are kept,
+    # and the stream completes (it used to end in an AttributeError at the stream's end).
+    usage = {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    events = stream(
+        upstream,
+        [
+            delta({"content": "a"}),
+            delta({}, "stop", usage={**usage, "completion_tokens_details": 5, "prompt_tokens_details": "x"}),
+        ],
+    )
+    assert events[-1]["type"] == "response.completed"
+    final = events[-1]["response"]["usage"]
+    assert (final["input_tokens"], final["output_tokens"]) == (4, 2)
+
+
 def test_pitfall_13_one_output_index_per_item_and_stable_reasoning_id(upstream: UpstreamMock) -> None:
     events = stream(
         upstream,

@@ -852,7 +852,8 @@ class StreamBuilder:
         self._live(item, "code_interpreter_call")
         if item.part_kind != "code":
             item.part_kind = "code"
-            item.buf = [item.data.get("code") or ""]
+            code = item.data.get("code")
+            item.buf = [code if isinstance(code, str) else ""]
         item.buf.append(delta)
         ev: JSON = {
             "type": "response.code_interpreter_call_code.delta",

@@ -463,8 +463,8 @@ def usage_numbers(usage: JSON) -> tuple[int, int, int, int]:
     """(input, output, cached, reasoning) from a chat ``usage`` object, whatever the server."""
     prompt = _int(usage.get("prompt_tokens"))
     completion = _int(usage.get("completion_tokens"))
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+    prompt_details = _obj(usage.get("prompt_tokens_details"))
+    completion_details = _obj(usage.get("completion_tokens_details"))
     cached = _int(prompt_details.get("cached_tokens")) or _int(usage.get("prompt_cache_hit_tokens"))
     reasoning = _int(completion_details.get("reasoning_tokens"))
     total = _int(usage.get("total_tokens"))
