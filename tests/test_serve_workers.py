@@ -116,6 +116,32 @@ def test_each_worker_is_its_own_process(workers: Workers) -> None:
     assert seen <= {first, second} and seen
 
 
+def _policies(pid: int) -> dict[int, int]:
+    """Each thread of ``pid``: its scheduling policy (field 41 of ``/proc/PID/task/TID/stat``)."""
+    policies: dict[int, int] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        # Fields after the command name (which may hold spaces) start at field 3.
+        policies[int(tid)] = int(stat.rsplit(")", 1)[1].split()[38])
+    return policies
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH") or not Path("/proc/self/task").is_dir(), reason="Linux")
+def test_each_workers_sqlite_thread_runs_as_a_batch_thread(workers: Workers) -> None:
+    # The thread writing the SQLite store shares a core with the worker's event loop: woken for each
+    # write, it must not take that core from the loop at once (it delayed the first events of the
+    # streams starting then: docs/performance.md, "the store's added first-event latency,
+    # re-measured"). A batch thread runs when the loop waits, with the same share of the core.
+    for worker in (0, 1):
+        pid = int(workers.pid(worker))
+        # A stored response, so the worker has used its store (its SQLite thread is running).
+        done = workers.client(worker).responses.create(model="slow", input="quick")
+        assert done.status == "completed"
+        policies = _policies(pid)
+        assert policies[pid] == os.SCHED_OTHER  # the event loop's thread
+        assert list(policies.values()).count(os.SCHED_BATCH) == 1, policies
+
+
 def test_resume_on_another_worker_follows_the_run_live(workers: Workers) -> None:
     created = workers.client(0).responses.create(model="slow", input="tell me", background=True)
     assert created.status == "queued" or created.status == "in_progress"
