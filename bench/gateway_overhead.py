@@ -221,6 +221,12 @@ def mock_server(
     return Server("mock", argv, f"http://127.0.0.1:{port}/health", cpus, logdir)
 
 
+def relay_server(port: int, mock_port: int, cpus: set[int] | None, logdir: Path) -> Server:
+    """``relay.py`` on ``port`` (not started), relaying to the mock on ``mock_port``."""
+    argv = [PY, str(HERE / "relay.py"), "--port", str(port), "--upstream", f"127.0.0.1:{mock_port}"]
+    return Server("relay", argv, f"http://127.0.0.1:{port}/health", cpus, logdir)
+
+
 def ensure_venv(venv: Path, packages: list[str], probe: str, install: bool) -> str | None:
     """Create ``venv`` with ``packages`` unless ``probe`` imports there; the failure reason, or None."""
     py = venv / "bin" / "python"
@@ -521,13 +527,7 @@ def main() -> int:
         }
         if "relay" in wanted:
             port = free_port()
-            relay = Server(
-                "relay",
-                [PY, str(HERE / "relay.py"), "--port", str(port), "--upstream", f"127.0.0.1:{mock_port}"],
-                f"http://127.0.0.1:{port}/health",
-                proxy_cpus,
-                tmp,
-            )
+            relay = relay_server(port, mock_port, proxy_cpus, tmp)
             plan["relay"] = {
                 "port": port,
                 "route": chat,

@@ -49,6 +49,7 @@ from gateway_overhead import (  # noqa: E402  (a sibling script, not a package)
     make_spec,
     mock_server,
     process_tree,
+    relay_server,
     run_loadgen,
 )
 
@@ -132,13 +133,7 @@ def cpu_rounds(a: argparse.Namespace, tmp: Path, mock_port: int, baseline: Path 
     plan: dict[str, dict[str, Any]] = {}
     try:
         relay_port = free_port()
-        relay = Server(
-            "relay",
-            [PY, str(HERE / "relay.py"), "--port", str(relay_port), "--upstream", f"127.0.0.1:{mock_port}"],
-            f"http://127.0.0.1:{relay_port}/health",
-            proxy,
-            tmp,
-        )
+        relay = relay_server(relay_port, mock_port, proxy, tmp)
         if (why := relay.start(30)) is not None:
             raise SystemExit(f"relay did not start: {why}")
         servers["relay"] = relay

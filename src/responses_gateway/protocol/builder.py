@@ -445,21 +445,8 @@ class StreamBuilder:
             and self._open.get(item.id) is item
         ):
             # Most deltas of a stream: text into the open output_text part of a live message, no stop
-            # sequence to watch. What the general path below does for them, in one step.
-            item.buf.append(delta)
-            seq = self._seq
-            self._seq = seq + 1
-            self._pending.append(
-                {
-                    "type": "response.output_text.delta",
-                    "sequence_number": seq,
-                    "item_id": item.id,
-                    "output_index": item.output_index,
-                    "content_index": item.content_index,
-                    "delta": delta,
-                    "logprobs": [],
-                }
-            )
+            # sequence to watch. The checks below would pass: straight to the event.
+            self._emit_text(item, delta, None)
             return
         self._live(item, "message")
         if self.stop is not None:

@@ -505,10 +505,7 @@ class VectorStores:
     async def usable(self, owner: str, store_id: str) -> JSON:
         """The store, refused (400 ``vector_store_expired``) once expired. (A search moves its
         ``last_active_at``, the anchor of ``expires_after``: ``VectorStoreTables.search_context``.)"""
-        try:
-            found = await self.tables.get_store(owner, store_id)
-        except VectorStoreExpired as exc:
-            raise _expired(exc) from None
+        found = await self.tables.get_store(owner, store_id)
         if found["expires_at"] is not None and found["expires_at"] <= time.time():
             raise _expired(VectorStoreExpired(store_id))
         return found

@@ -212,8 +212,7 @@ class VectorStoreTables:
             if row[0] is not None and int(row[0]) <= now:
                 raise VectorStoreExpired(store_id)
             if int(row[1]) < now:
-                # Sent with the next statement.
-                await tx.write(_TOUCH_SQL, now, now, store_id, now, now)
+                await self._touch(tx, store_id, now)
             files = await tx.fetch(
                 "SELECT file_id, filename, attributes FROM rg_vector_store_files "
                 "WHERE vector_store_id = ? AND status = 'completed' ORDER BY file_id",
@@ -228,7 +227,8 @@ class VectorStoreTables:
 
     @staticmethod
     async def _touch(tx: Tx, store_id: str, now: int) -> None:
-        await tx.execute(_TOUCH_SQL, now, now, store_id, now, now)
+        # Sent with the transaction's next statement or its commit.
+        await tx.write(_TOUCH_SQL, now, now, store_id, now, now)
 
     async def expired_stores(self, now: int, limit: int) -> list[str]:
         """Up to ``limit`` ids of stores whose ``expires_at`` has passed, soonest expired first."""
