@@ -62,7 +62,7 @@ import numpy as np
 import numpy.typing as npt
 import Stemmer
 
-from .topk import kth_largest
+from .topk import STRIDE, kth_largest
 
 __all__ = [
     "BM25_B",
@@ -774,9 +774,13 @@ def _best(
     if count <= 0:
         return []
     if count < len(scores):
-        # Every chunk scoring at least the count-th best, so ties at the cut go by chunk id too.
-        cut = kth_largest(scores, count)
-        top = np.flatnonzero(scores >= cut)
+        # Every chunk scoring at least the count-th best, so ties at the cut go by chunk id too. Few
+        # matches (a sample of the array would be all zeros): the cut among the matches alone.
+        if matched * STRIDE < len(scores):
+            hits = np.flatnonzero(scores)
+            top = hits[scores[hits] >= kth_largest(scores[hits], count)]
+        else:
+            top = np.flatnonzero(scores >= kth_largest(scores, count))
     else:
         top = np.arange(len(scores))
     # Best first, ties by chunk id (the same order on every back end).

@@ -153,8 +153,7 @@ class VectorStores:
                         log.warning("the local embedding model did not load: %s", exc)
                 # (No vectors read for a store whose BM25 index did not fit: the warm-up stops there.)
                 kept = await keywords.warm(store_id, version)
-                held = kept and await index.warm(store_id, dimensions, version)
-                if not kept or (isinstance(index, VectorIndex) and not held):
+                if not kept or not await index.warm(store_id, dimensions, version):
                     log.info("warm-up of the file search indexes stopped at %s: their memory limit", store_id)
                     break
                 self._searched.add(store_id)

@@ -128,7 +128,8 @@ class Index(Protocol):
 
     async def warm(self, store_id: str, dimensions: int, version: int) -> bool:
         """Load what the store's first search in this process would (the start-up warm-up); False
-        when nothing is held for it (a back end that holds nothing, or past its memory limit)."""
+        when it was not kept (past the memory limit: the warm-up stops), True otherwise (a back end
+        that holds nothing has nothing to refuse)."""
         ...
 
 
@@ -169,7 +170,7 @@ class DatabaseIndex:
         await self._search.sync(store_id, dimensions)
 
     async def warm(self, store_id: str, dimensions: int, version: int) -> bool:
-        return False  # the search runs in the database: nothing to load
+        return True  # the search runs in the database: nothing to load, nothing refused
 
 
 _told: set[str] = set()
