@@ -10,6 +10,7 @@ and back to zero after, and nothing secret or content-bearing may appear unless 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from conftest import Gateway, check_stream, start_gateway, stream_events
 from responses_gateway.providers.fallback import FallbackProvider
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.sandbox import probe
+from responses_gateway.server.metrics import Metrics
 from responses_gateway.server.registry import ModelRegistry
 from serve_process import serving
 
@@ -460,3 +462,71 @@ def test_json_log_lines_of_serve(tmp_path: Path) -> None:
     with_content = lines["content"][0]
     assert with_content["input"].startswith("my secret question ") and KEY not in with_content["input"]
     assert with_content["output"][0]["content"][0]["text"] == "private answer"
+
+
+def _counting_process(
+    directory: Path, responses: int, streams: int, *, final: bool, stay: bool
+) -> tuple[int, int]:
+    """A forked process counting like a worker of ``serve --workers N`` and publishing to
+    ``directory``; it stays alive (until the returned pipe is closed) when ``stay``. (pid, pipe)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: count, publish, then wait or exit
+        try:
+            os.close(write)
+            metrics = Metrics()
+            metrics.share(directory)
+            for _ in range(responses):
+                metrics.responses.labels("m", "b", "stream", "200", "completed").inc()
+                metrics.response_duration.labels("m", "b").observe(0.3)
+            metrics.active_responses.labels("stream").inc(streams)
+            metrics.publish(final=final)
+            if stay:
+                os.read(read, 1)
+        finally:
+            os._exit(0)
+    os.close(read)
+    if not stay:
+        os.waitpid(pid, 0)
+    return pid, write
+
+
+def test_workers_metrics_add_up_whichever_is_scraped(tmp_path: Path) -> None:
+    """``serve --workers N`` (Metrics.share): the process scraped adds every other worker's published
+    counts to its own, a stopped or killed worker's counts stay, and only running workers' gauges
+    count. (tests/test_serve_workers.py scrapes a real ``serve --workers 2``.)"""
+    running, pipe = _counting_process(tmp_path, 3, 1, final=False, stay=True)
+    _counting_process(tmp_path, 2, 0, final=True, stay=False)  # stopped gracefully
+    _counting_process(tmp_path, 4, 2, final=False, stay=False)  # killed: never said it stopped
+    try:
+        here = Metrics()
+        here.responses.labels("m", "b", "stream", "200", "completed").inc()
+        here.response_duration.labels("m", "b").observe(2.0)
+        here.active_responses.labels("stream").inc()
+        alone = _parse(here.exposition())
+        here.share(tmp_path)
+        merged = _parse(here.exposition())
+    finally:
+        os.close(pipe)
+        os.waitpid(running, 0)
+    done = {"model": "m", "backend": "b", "mode": "stream", "http_status": "200", "status": "completed"}
+    assert value(alone, "responses_gateway_responses_total", **done) == 1
+    assert value(merged, "responses_gateway_responses_total", **done) == 1 + 3 + 2 + 4
+    duration = "responses_gateway_response_duration_seconds"
+    assert value(merged, f"{duration}_count", model="m", backend="b") == 10
+    assert value(merged, f"{duration}_bucket", model="m", backend="b", le="0.5") == 9
+    assert value(merged, f"{duration}_bucket", model="m", backend="b", le="+Inf") == 10
+    assert value(merged, f"{duration}_sum", model="m", backend="b") == pytest.approx(9 * 0.3 + 2.0)
+    # This process's open stream and the running worker's; not the killed worker's two.
+    assert value(merged, "responses_gateway_active_responses", mode="stream") == 2
+    # A series' start is the earliest worker's (the children counted before this process did).
+    created = "responses_gateway_responses_created"
+    assert value(merged, created, **done) < value(alone, created, **done)
+
+
+def _parse(text: bytes) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out

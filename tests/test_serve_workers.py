@@ -8,6 +8,7 @@ One gateway (``responses-gateway serve --workers 2 --worker-port-base P``) as a 
   runs; the joined stream passes the checker and equals worker 0's own replay;
 - a cancel sent to worker 1 stops worker 0's run at once (not at the next heartbeat);
 - a conversation whose turns alternate between the workers: each sees the other's items;
+- ``/metrics`` counts every worker's requests, and open streams, whichever worker is scraped;
 - the shared port spreads connections over both workers, a killed worker is replaced, SIGHUP
   replaces both without refusing a request, SIGTERM stops everything
 (``--workers 2`` with the embedded model: tests/test_serve_workers_model.py).
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import check_stream
 from responses_gateway.protocol.sse import EventStreamDecoder
@@ -211,6 +213,60 @@ def test_conversation_across_workers(workers: Workers) -> None:
         "and now?",
         "I saw zebra42 in the context",
     ]
+
+
+def _scrape(workers: Workers, worker: int) -> dict[str, float]:
+    """``/metrics`` of one worker: each sample's value by name and labels (``name{a="b",...}``)."""
+    resp = httpx.get(f"http://127.0.0.1:{workers.base + worker}/metrics", timeout=10)
+    assert resp.status_code == 200 and resp.headers[WORKER] == workers.pid(worker)
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}"] = sample.value
+    return values
+
+
+def _total(values: dict[str, float], prefix: str) -> float:
+    return sum(v for k, v in values.items() if k.startswith(prefix))
+
+
+def _until(check: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_metrics_count_every_workers_requests(workers: Workers) -> None:
+    done = "responses_gateway_responses_total{"
+    before: list[float] = []
+
+    def same() -> bool:  # whichever worker is scraped, once both published what earlier tests did
+        before[:] = [_total(_scrape(workers, w), done) for w in (0, 1)]
+        return before[0] == before[1]
+
+    _until(same, "both workers give the same count")
+    for worker, n in ((0, 3), (1, 2)):
+        for _ in range(n):
+            assert workers.client(worker).responses.create(model="slow", input="quick").output_text
+    # Each worker adds the other's published figures (written within SHARE_INTERVAL).
+    for w in (0, 1):
+        _until(
+            lambda w=w: _total(_scrape(workers, w), done) == before[w] + 5,
+            f"worker {w} counts the 5 responses of both workers",
+        )
+    one, two = _scrape(workers, 0), _scrape(workers, 1)
+    histogram = "responses_gateway_response_duration_seconds_count{"
+    assert _total(one, histogram) == _total(two, histogram) >= 5
+    # A stream open on worker 1 is an active response on worker 0's /metrics too, until it ends.
+    active = 'responses_gateway_active_responses{mode="stream"}'
+    stream = workers.client(1).responses.create(model="slow", input="tell me", stream=True)
+    first = next(iter(stream))
+    assert first.type == "response.created"
+    _until(lambda: _scrape(workers, 0).get(active) == 1, "worker 0 sees worker 1's open stream")
+    assert [e.type for e in stream][-1] == "response.completed"
+    _until(lambda: _scrape(workers, 0).get(active) == 0, "the stream's end reaches worker 0's gauge")
 
 
 def _children(pid: int) -> list[int]:

@@ -36,7 +36,7 @@ from .files import FilesAPI, FileStorage
 from .gateway import GatewayAPI
 from .messages import PREFIX as MESSAGES
 from .messages import MessagesAPI, send_anthropic_error
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import CONTENT_TYPE, SHARE_INTERVAL, Metrics
 from .registry import ModelRegistry
 from .request_log import Observer
 from .responses import ResponsesAPI
@@ -161,6 +161,8 @@ class GatewayApp:
             self.metrics.bm25_reads(self.vector_stores.keyword_reads)
             self.metrics.index_loads(self.vector_stores.vector_reads, self.vector_stores.warm_up)
         self._sweeper: asyncio.Future[None] | None = None
+        # ``serve --workers N``: this worker's figures published for the others (Metrics.share).
+        self._metrics_publisher: asyncio.Future[None] | None = None
         VectorStoresAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         EmbeddingsAPI(self.vector_stores, self.owner_for, self.read_body).register(self.router)
         self.hosted_tools["file_search"] = FileSearch(self.vector_stores)
@@ -226,6 +228,9 @@ class GatewayApp:
                     await self.vector_stores.start()
                     if self.store is not None:
                         self._sweeper = asyncio.ensure_future(self._sweep_expired())
+                    if self.metrics is not None and self.config.siblings_dir is not None:
+                        self.metrics.share(self.config.siblings_dir)
+                        self._metrics_publisher = asyncio.ensure_future(self._publish_metrics())
                     if self._preload:
                         await self.registry.preload()
                     await self._check_hosted_tools()
@@ -236,6 +241,13 @@ class GatewayApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.responses.shutdown()
+                if self._metrics_publisher is not None:
+                    self._metrics_publisher.cancel()
+                    await asyncio.gather(self._metrics_publisher, return_exceptions=True)
+                    self._metrics_publisher = None
+                    assert self.metrics is not None
+                    with contextlib.suppress(OSError):
+                        self.metrics.publish(final=True)
                 if self._sweeper is not None:
                     self._sweeper.cancel()
                     await asyncio.gather(self._sweeper, return_exceptions=True)
@@ -271,6 +283,17 @@ class GatewayApp:
                 except Exception:
                     log.exception("deleting expired %ss failed", what)
             await asyncio.sleep(self.config.expiry_sweep_interval)
+
+    async def _publish_metrics(self) -> None:
+        """``serve --workers N``: publish this worker's metrics for the others now and every
+        ``SHARE_INTERVAL`` seconds (when they changed); a scrape on another worker adds them."""
+        assert self.metrics is not None
+        while True:
+            try:
+                self.metrics.publish()
+            except OSError:
+                log.warning("publishing this worker's metrics failed", exc_info=True)
+            await asyncio.sleep(SHARE_INTERVAL)
 
     async def _file_for_container(self, owner: str | None, file_id: str) -> tuple[str, bytes] | None:
         """An uploaded file's name and bytes, for a container's ``file_ids`` (None: no such file)."""

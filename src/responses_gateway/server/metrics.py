@@ -14,16 +14,24 @@ and ``Histogram`` give (``_total``, ``_created``, cumulative ``_bucket`` with ``
 ``_sum``): a labelled child's ``inc``/``observe`` is then one attribute update (a bisect for a
 histogram) with no lock, instead of ``prometheus_client``'s checks and a mutex per call. They are
 updated from the event loop's thread only.
+
+With ``serve --workers N`` each worker counts its own requests, and a scrape reaches one worker:
+:meth:`Metrics.share` makes every worker publish its figures to a directory the workers share (a
+file per process, rewritten at most once a second when they changed), and the worker scraped adds the
+others' to its own (:func:`merge`), so ``/metrics`` reads the same whichever worker answers.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -31,7 +39,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["CONTENT_TYPE", "Family", "Metrics"]
+__all__ = ["CONTENT_TYPE", "SHARE_INTERVAL", "Family", "Metrics", "merge"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 T = TypeVar("T")
@@ -41,6 +49,13 @@ _LATENCY = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 # Store writes and reads: sub-millisecond (SQLite) to a slow remote database.
 _STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
+
+# ``serve --workers N``: how often (seconds) a worker publishes its figures for the others, at most.
+SHARE_INTERVAL = 1.0
+# A published file: ``metrics-<pid>-<random>.json`` in the shared directory.
+_SHARED_PREFIX = "metrics-"
+# One metric as published: name, documentation, type, samples (name, labels, value).
+Published = list[Any]
 
 # As prometheus_client: PROMETHEUS_DISABLE_CREATED_SERIES=true leaves out the ``_created`` samples.
 _CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1", "t")
@@ -141,6 +156,10 @@ class Metrics:
 
     def __init__(self) -> None:
         registry = self.registry = CollectorRegistry(auto_describe=True)
+        # ``serve --workers N``: the directory the workers publish their figures to (see share()).
+        self._shared: Path | None = None
+        self._file: Path | None = None
+        self._published = b""
         ns = "responses_gateway"
         model = ["model", "backend"]
         self.http_requests = Family(
@@ -263,9 +282,59 @@ class Metrics:
         each scrape."""
         self.registry.register(_IndexLoads(vectors, warm_up))
 
+    def share(self, directory: str | Path) -> None:
+        """Count together with the other processes sharing ``directory`` (the workers of ``serve
+        --workers N``): :meth:`publish` writes this process's figures there, :meth:`exposition` adds
+        the others' to its own."""
+        self._shared = Path(directory)
+        # Named by pid and a random part: a later worker given a stopped one's pid keeps its file.
+        self._file = self._shared / f"{_SHARED_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.json"
+
+    def published(self) -> list[Published]:
+        """This process's metrics as :meth:`publish` writes them."""
+        return [
+            [m.name, m.documentation, m.type, [[s.name, s.labels, s.value] for s in m.samples]]
+            for m in self.registry.collect()
+        ]
+
+    def publish(self, *, final: bool = False) -> None:
+        """Write this process's figures for the other workers, if they changed since the last time
+        (atomically: a reader sees the previous file or this one). ``final``: the process is stopping;
+        its counts stay in the others' totals, its gauges leave them."""
+        if self._file is None:
+            return
+        body = orjson.dumps({"pid": os.getpid(), "final": final, "metrics": self.published()})
+        if body == self._published:
+            return
+        part = self._file.with_suffix(".part")
+        part.write_bytes(body)
+        os.replace(part, self._file)
+        self._published = body
+
+    def _others(self) -> list[tuple[bool, list[Published]]]:
+        """The other processes' published figures, each with whether it is still running."""
+        assert self._shared is not None
+        found: list[tuple[bool, list[Published]]] = []
+        for path in sorted(self._shared.glob(f"{_SHARED_PREFIX}*.json")):
+            if path == self._file:
+                continue  # this process's figures are taken live
+            try:
+                data = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue  # removed meanwhile
+            pid = data.get("pid")
+            if not isinstance(pid, int):
+                continue
+            found.append((not data.get("final") and _running(pid), data.get("metrics") or []))
+        return found
+
     def exposition(self) -> bytes:
-        """The registry in Prometheus' text format."""
-        return generate_latest(self.registry)
+        """The registry in Prometheus' text format (with :meth:`share`: every worker's figures)."""
+        if self._shared is None:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        merged.register(_Fixed(merge(self.published(), self._others())))
+        return generate_latest(merged)
 
     async def timed(self, operation: str, work: Awaitable[T]) -> T:
         """``await work``, its time observed as store operation ``operation``."""
@@ -282,6 +351,58 @@ class Metrics:
             await self.timed(operation, call())
 
         return timed
+
+
+def merge(own: list[Published], others: Sequence[tuple[bool, list[Published]]]) -> list[Metric]:
+    """``own`` metrics with the other processes' added: counters and histograms summed over every
+    process that published (a stopped worker's counts stay in the totals, so they never go down while
+    the gateway runs), gauges over the running ones only (``others``: running or not, and its
+    metrics), each ``_created`` the earliest. Families and samples keep their first-seen order."""
+    kinds: dict[str, tuple[str, str]] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for running, metrics in ((True, own), *others):
+        for name, documentation, kind, samples in metrics:
+            if name not in kinds:
+                kinds[name] = (documentation, kind)
+                values[name] = {}
+            if kind == "gauge" and not running:
+                continue
+            into = values[name]
+            for sample, labels, value in samples:
+                key = (sample, tuple(labels.items()))
+                before = into.get(key)
+                if before is None:
+                    into[key] = value
+                elif sample.endswith("_created"):
+                    into[key] = min(before, value)
+                else:
+                    into[key] = before + value
+    out: list[Metric] = []
+    for name, (documentation, kind) in kinds.items():
+        metric = Metric(name, documentation, kind)
+        for (sample, labels), value in values[name].items():
+            metric.add_sample(sample, dict(labels), value)
+        out.append(metric)
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is still alive (a worker's pid taken by another user's process is not ours)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+class _Fixed(Collector):
+    """Metrics already made (a merged scrape)."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics
 
 
 class _Reads(Collector):
