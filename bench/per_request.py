@@ -20,6 +20,9 @@ system calls every proxy makes, the bare relay included), so it gives no ratio t
 whether the gateway's own work shrank. With many deltas (``--deltas 200 --interval-ms 10``) it
 measures the per-event path; valgrind comes from ``scripts/bench-deps.sh``.
 
+``--store``: every gateway with the default SQLite store (each its own file) instead of none, so
+``--callgrind`` counts what storing adds (the database thread's instructions included).
+
     PYTHONPATH=$PWD/src .venv/bin/python bench/per_request.py --baseline-src /tmp/base
     PYTHONPATH=$PWD/src .venv/bin/python bench/per_request.py --baseline-src /tmp/base --callgrind 200
 """
@@ -98,6 +101,7 @@ def start_gateway(
     cpus: set[int] | None,
     wrap: list[str],
     profile: Path | None = None,
+    store: bool = False,
 ) -> tuple[Server, int]:
     port = free_port()
     cfg = tmp / f"{name}.yaml"
@@ -105,7 +109,7 @@ def start_gateway(
     env = {
         "RG_BENCH_UPSTREAM_KEY": "sk-bench",
         "RG_DATA_DIR": str(tmp / f"{name}-data"),
-        "RG_STORE_URL": "none",
+        "RG_STORE_URL": f"sqlite://{tmp / f'{name}-data' / 'gw.db'}" if store else "none",
     }
     if src is not None:
         env["PYTHONPATH"] = str(src)
@@ -142,7 +146,7 @@ def cpu_rounds(a: argparse.Namespace, tmp: Path, mock_port: int, baseline: Path 
         if baseline is not None:
             trees.append(("baseline", baseline))
         for prefix, src in trees:
-            server, port = start_gateway(prefix, src, mock_port, tmp, proxy, [])
+            server, port = start_gateway(prefix, src, mock_port, tmp, proxy, [], store=a.store)
             servers[prefix] = server
             plan[f"{prefix}-chat"] = {"port": port, "route": CHAT, "model": "bench", "server": prefix}
             plan[f"{prefix}-responses"] = {
@@ -207,7 +211,9 @@ def callgrind(a: argparse.Namespace, tmp: Path, mock_port: int, baseline: Path |
             if a.keep_callgrind:
                 out = Path(a.keep_callgrind) / out.name
                 wrap[-1] = f"--callgrind-out-file={out}"
-            server, port = start_gateway(f"cg-{prefix}-{model}", src, mock_port, tmp, None, wrap)
+            server, port = start_gateway(
+                f"cg-{prefix}-{model}", src, mock_port, tmp, None, wrap, store=a.store
+            )
             try:
                 entry = {"port": port, "route": CHAT, "model": model}
                 check(
@@ -244,7 +250,7 @@ def profile(a: argparse.Namespace, tmp: Path, mock_port: int) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
     for model in ("bench", "bench-resp"):
         out = outdir / f"{model}.prof"
-        server, port = start_gateway(f"prof-{model}", None, mock_port, tmp, {1}, [], out)
+        server, port = start_gateway(f"prof-{model}", None, mock_port, tmp, {1}, [], out, a.store)
         try:
             entry = {"port": port, "route": CHAT, "model": model}
             check(
@@ -275,6 +281,11 @@ def main() -> int:
     p.add_argument("--callgrind", type=int, default=0, help="instruction counts over N streams instead")
     p.add_argument("--profile", help="cProfile this tree's gateway instead, into this directory")
     p.add_argument("--keep-callgrind", help="write the callgrind dumps into this directory")
+    p.add_argument(
+        "--store",
+        action="store_true",
+        help="every gateway with the default SQLite store (each its own file) instead of none",
+    )
     p.add_argument("--warmup", type=int, default=30, help="streams before counting (--callgrind)")
     a = p.parse_args()
     baseline = None
