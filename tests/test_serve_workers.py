@@ -227,8 +227,9 @@ def _scrape(workers: Workers, worker: int) -> dict[str, float]:
     return values
 
 
-def _total(values: dict[str, float], prefix: str) -> float:
-    return sum(v for k, v in values.items() if k.startswith(prefix))
+def _total(values: dict[str, float], prefix: str, label: str = "") -> float:
+    """The sum of the samples named ``prefix...`` (with the label ``label``, e.g. ``mode="json"``)."""
+    return sum(v for k, v in values.items() if k.startswith(prefix) and label in k)
 
 
 def _until(check: Any, what: str, timeout: float = 10.0) -> None:
@@ -239,13 +240,17 @@ def _until(check: Any, what: str, timeout: float = 10.0) -> None:
 
 
 def test_metrics_count_every_workers_requests(workers: Workers) -> None:
-    done = "responses_gateway_responses_total{"
+    # The JSON-mode responses (earlier tests' background runs may still be ending meanwhile).
+    done, json_mode = "responses_gateway_responses_total{", 'mode="json"'
     before: list[float] = []
 
     def same() -> bool:  # whichever worker is scraped, once both published what earlier tests did
-        before[:] = [_total(_scrape(workers, w), done) for w in (0, 1)]
+        before[:] = [_total(_scrape(workers, w), done, json_mode) for w in (0, 1)]
         return before[0] == before[1]
 
+    # (Two figures can agree while each still lacks the other's latest response: wait for both to
+    # have published, at most SHARE_INTERVAL after the earlier tests' last response.)
+    time.sleep(2.5)
     _until(same, "both workers give the same count")
     for worker, n in ((0, 3), (1, 2)):
         for _ in range(n):
@@ -253,7 +258,7 @@ def test_metrics_count_every_workers_requests(workers: Workers) -> None:
     # Each worker adds the other's published figures (written within SHARE_INTERVAL).
     for w in (0, 1):
         _until(
-            lambda w=w: _total(_scrape(workers, w), done) == before[w] + 5,
+            lambda w=w: _total(_scrape(workers, w), done, json_mode) == before[w] + 5,
             f"worker {w} counts the 5 responses of both workers",
         )
     one, two = _scrape(workers, 0), _scrape(workers, 1)
