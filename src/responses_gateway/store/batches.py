@@ -7,10 +7,11 @@ that queued up meanwhile is written by the next one, in one trip to the database
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-__all__ = ["write_batches"]
+__all__ = ["Batches", "write_batches"]
 
 E = TypeVar("E")
 R = TypeVar("R")
@@ -49,3 +50,44 @@ async def write_batches(
             for entry in [*batch[settled:], *take()]:
                 settle(entry, exc)
             raise
+
+
+class Batches(Generic[E, R]):
+    """The queue of such writes: :meth:`put` queues an entry and starts a write unless one is in
+    flight; each write takes everything queued by then (:func:`write_batches` with ``write`` and
+    ``settle``), so an entry waits for the transaction in flight at most."""
+
+    __slots__ = ("_name", "_queue", "_settle", "_task", "_write")
+
+    def __init__(
+        self,
+        write: Callable[[list[E]], Awaitable[Sequence[R]]],
+        settle: Callable[[E, R | BaseException], None],
+        name: str,
+    ) -> None:
+        self._write = write
+        self._settle = settle
+        self._name = name
+        self._queue: list[E] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def put(self, entry: E) -> None:
+        self._queue.append(entry)
+        if self._task is None or self._task.done():
+            run = write_batches(self._take, self._write, self._settle)
+            self._task = asyncio.get_running_loop().create_task(run, name=self._name)
+
+    def withdraw(self, entry: E) -> None:
+        """Forget ``entry`` if no write took it yet (its caller went away: it is never written)."""
+        if entry in self._queue:
+            self._queue.remove(entry)
+
+    async def flushed(self) -> None:
+        """Wait for the writes in flight and queued now."""
+        task = self._task
+        if task is not None and not task.done():
+            await task
+
+    def _take(self) -> list[E]:
+        batch, self._queue = self._queue, []
+        return batch

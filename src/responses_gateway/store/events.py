@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 
 from ..protocol.builder import error_event
-from .batches import write_batches
+from .batches import Batches
 from .compaction import compact, expand, has_refs
 from .db import Database, Tx
 from .errors import ResponseNotFound
@@ -99,7 +99,7 @@ def _snapshot_of(events: list[JSON]) -> JSON | None:
 
 # A response's events to append: its id, the events, each encoded (as stored), their times.
 _Batch = tuple[str, list[JSON], list[str], Times]
-# An end waiting for the next shared write (see Events._write_ends): the response, its events, each
+# An end waiting for the next shared write (see Events._ends): the response, its events, each
 # encoded, its final snapshot, their times, and the future told whether it applied.
 _End = tuple[str, list[JSON], list[str], JSON, Times, "asyncio.Future[bool]"]
 
@@ -150,9 +150,11 @@ class Events:
         self._dirty: dict[EventRecorder, None] = {}
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_task: asyncio.Task[None] | None = None
-        # Ends of responses waiting for the next shared write (SQLite; see _write_ends).
-        self._ends: list[_End] = []
-        self._ender: asyncio.Task[None] | None = None
+        # Ends of responses waiting for the next shared write (SQLite): all that queued up while one was
+        # being written go in the next, one transaction and one trip (BEGIN, the statements, COMMIT),
+        # instead of a transaction (and its pages in the WAL) each. A failed shared write is retried one
+        # end at a time, so one bad row fails only its own response's end (_write_end_batch).
+        self._ends: Batches[_End, bool] = Batches(self._write_end_batch, _settle_ended, "rg-store-ends")
 
     async def _write_snapshot(
         self, tx: Tx, response_id: str, snapshot: JSON, *, owner: tuple[Any, Any] | None = None
@@ -176,8 +178,7 @@ class Events:
             self._group_timer.cancel()
             self._group_timer = None
         with contextlib.suppress(Exception):
-            if self._ender is not None and not self._ender.done():
-                await self._ender
+            await self._ends.flushed()
         with contextlib.suppress(Exception):
             if self._group_task is not None and not self._group_task.done():
                 await self._group_task
@@ -461,32 +462,16 @@ class Events:
         self, response_id: str, events: list[JSON], texts: list[str], response: JSON, times: Times
     ) -> bool:
         """The end of a running response outside any conversation, written with the other ends queued
-        meanwhile (see :meth:`_write_ends`). False: nothing was written (the response is not running
+        meanwhile (see ``_ends``). False: nothing was written (the response is not running
         here any more, or is in a conversation after all): the caller goes the general way."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[bool] = loop.create_future()
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entry: _End = (response_id, events, texts, response, times, done)
-        self._ends.append(entry)
-        if self._ender is None or self._ender.done():
-            self._ender = loop.create_task(self._write_ends(), name="rg-store-ends")
+        self._ends.put(entry)
         try:
             return await done
         except asyncio.CancelledError:
-            if entry in self._ends:
-                self._ends.remove(entry)  # not written yet: it never will be
+            self._ends.withdraw(entry)
             raise
-
-    async def _write_ends(self) -> None:
-        """Write the queued ends, all that queued up meanwhile in one transaction and one trip to the
-        SQLite thread (``BEGIN``, the statements, ``COMMIT``). An end waits only for the transaction in
-        flight; under load the responses ending during one write are all written by the next, instead
-        of a transaction (and its pages in the WAL) each. A failed shared write is retried one end at a
-        time, so one bad row fails only its own response's end."""
-        await write_batches(self._take_ends, self._write_end_batch, _settle_ended)
-
-    def _take_ends(self) -> list[_End]:
-        batch, self._ends = self._ends, []
-        return batch
 
     async def _write_end_batch(self, batch: list[_End]) -> list[bool]:
         """What :meth:`write_events` + :func:`write_final` do for each end of ``batch``, in one

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .batches import write_batches
+from .batches import Batches
 from .compaction import MARK
 from .conversations import append_conversation_items, conversation_row
 from .db import Database, Tx
@@ -141,9 +141,13 @@ class Responses:
         self.instance_id = instance_id
         # The store's background tasks (awaited by Store.close): here, discards of abandoned creates.
         self._background = background
-        # Creates waiting for the next shared transaction (see _write_creates).
-        self._creates: list[_Create] = []
-        self._creator: asyncio.Task[None] | None = None
+        # Creates waiting for the next shared transaction: everything that queued up while one was being
+        # written goes in the next (one trip to the database for all the responses starting meanwhile).
+        # If a shared write fails, each is retried alone so one bad row fails only its own request; a
+        # create whose caller went away while it was being written is discarded again (_created).
+        self._creates: Batches[_Create, None] = Batches(
+            self._insert_batch, self._settle_created, "rg-store-create"
+        )
         # Creates written behind the first events (create_behind), by response id, until done.
         self._behind: dict[str, asyncio.Future[None]] = {}
 
@@ -169,8 +173,7 @@ class Responses:
         try:
             await entry[2]
         except asyncio.CancelledError:
-            if entry in self._creates:
-                self._creates.remove(entry)  # not written yet: it never will be
+            self._creates.withdraw(entry)
             raise
 
     def _rows(
@@ -199,12 +202,9 @@ class Responses:
         return row, items
 
     def _queue_create(self, row: tuple[Any, ...], items: list[tuple[Any, ...]]) -> _Create:
-        """Queue a create for the next shared transaction (see :meth:`_write_creates`)."""
-        loop = asyncio.get_running_loop()
-        entry: _Create = (row, items, loop.create_future())
-        self._creates.append(entry)
-        if self._creator is None or self._creator.done():
-            self._creator = loop.create_task(self._write_creates(), name="rg-store-create")
+        """Queue a create for the next shared transaction (see ``_creates``)."""
+        entry: _Create = (row, items, asyncio.get_running_loop().create_future())
+        self._creates.put(entry)
         return entry
 
     def create_behind(
@@ -231,20 +231,6 @@ class Responses:
         task = self._behind.get(response_id)
         if task is not None:
             await asyncio.wait([task])
-
-    async def _write_creates(self) -> None:
-        """Write the queued creates, all that queued up meanwhile in one transaction.
-
-        A create waits only for the transaction in flight, if any; under load, the responses starting
-        during one write are all recorded by the next, one trip to the database for all of them. If a
-        shared write fails, each is retried alone so one bad row fails only its own request. A create
-        whose caller went away while it was being written is discarded again.
-        """
-        await write_batches(self._take_creates, self._insert_batch, self._settle_created)
-
-    def _take_creates(self) -> list[_Create]:
-        batch, self._creates = self._creates, []
-        return batch
 
     async def _insert_batch(self, batch: list[_Create]) -> list[None]:
         await self._insert_responses(batch)
