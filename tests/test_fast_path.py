@@ -60,6 +60,7 @@ def run(
     turn = provider.translator(parse_request({"model": "m", "input": "hi"}), builder)
     dispatch = provider.dispatcher()
     apply_fast: Callable[[bytes, bytes], bool] | None = provider.fast_path(turn) if fast else None
+    after: Callable[[], None] | None = provider.after_push(turn)
     decoder = SSEDecoder()
     taken = 0
     error: str | None = None
@@ -70,7 +71,11 @@ def run(
             else:
                 for msg in decoder.feed(raw):
                     dispatch(turn, msg)
-            if turn.error is not None or turn.done:
+            if turn.error is not None:
+                break
+            if after is not None:
+                after()
+            if turn.done:
                 break
         for msg in decoder.flush():
             dispatch(turn, msg)

@@ -7,9 +7,13 @@ upstream, and a stream through a fallback chain still goes out whole."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+import re
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,11 +21,13 @@ import pytest
 
 from conftest import Gateway, check_stream, decode_sse, start_gateway
 from responses_gateway.protocol.accumulator import accumulate
+from responses_gateway.protocol.builder import StreamBuilder
+from responses_gateway.protocol.response import new_response
 from responses_gateway.providers.fallback import FallbackProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
 from responses_gateway.server import streaming
-from upstream_mock import UpstreamMock, stream_reply
+from upstream_mock import Reply, UpstreamMock, stream_reply
 
 CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":%s}}]}\n\n'
 END = (
@@ -191,3 +197,49 @@ def test_passthrough_and_fallback_streams_go_out_whole(upstream: UpstreamMock, s
     check_stream(events)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert accumulate(events).response["output"][0]["content"][0]["text"] == "".join(pieces)
+
+
+@dataclass
+class OneEventPerRead(Reply):
+    """The body written one SSE event at a time (``delay`` apart): each is one read of the gateway's,
+    which the passthrough's fast path takes whole."""
+
+    def pieces(self) -> list[bytes]:
+        return [event + b"\n\n" for event in self.body.split(b"\n\n") if event]
+
+
+def test_the_passthrough_checker_still_judges_the_deltas_sent_at_once(
+    upstream: UpstreamMock, served: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The fast path sends a delta before the upstream checker sees it: the checker must still see every
+    # one, in order, and log what it finds (here, one delta whose sequence number jumps ahead).
+    counter = itertools.count()
+    builder = StreamBuilder(
+        new_response("m", response_id="resp_up", created_at=1), id_factory=lambda p: f"{p}_{next(counter)}"
+    )
+    builder.start()
+    message = builder.open_message()
+    pieces = [f"d{i} " for i in range(12)]
+    for piece in pieces:
+        builder.text_delta(message, piece)
+    builder.close_message(message)
+    builder.complete()
+
+    def wire(events: list[dict[str, Any]]) -> bytes:
+        return b"".join(b"event: %s\ndata: %s\n\n" % (e["type"].encode(), orjson.dumps(e)) for e in events)
+
+    clean = builder.take()
+    jumped = [dict(e) for e in clean]
+    deltas = [i for i, e in enumerate(jumped) if e["type"] == "response.output_text.delta"]
+    for i in range(deltas[5], len(jumped)):
+        jumped[i]["sequence_number"] += 7  # one gap, before the sixth delta
+
+    caplog.set_level(logging.WARNING, logger="responses_gateway.openai_responses")
+    for events, violations in ((clean, []), (jumped, ["sequence.contiguous"])):
+        caplog.clear()
+        upstream.reset([OneEventPerRead(body=wire(events), delay=0.005)])
+        out = stream_events(served.port, "resp")
+        check_stream(out)
+        assert accumulate(out).response["output"][0]["content"][0]["text"] == "".join(pieces)
+        found = [r.getMessage() for r in caplog.records if "upstream stream violates" in r.getMessage()]
+        assert [re.findall(r"\[([a-z_.]+)\]", m)[0] for m in found] == violations, found

@@ -137,6 +137,13 @@ class HTTPProvider(Provider, Generic[T]):
         nothing changed) when the decoder and :meth:`dispatcher` must take it."""
         return None
 
+    def after_push(self, turn: T) -> Callable[[], None] | None:
+        """What the translator does once a read's events have been handed to the client, if it has
+        such work: called after each read (and its push, when it made events), before the next read.
+        Work that changes no event goes there rather than before the client's write (the passthrough's
+        upstream checker, whose verdict is only logged)."""
+        return None
+
     async def follow_up(self, turn: T, body: JSON) -> tuple[UpstreamResponse, JSON] | None:
         """After a reply was read: the next request of the same response and its (accepted) answer, or
         None when the response is complete (the default). A ProviderError raised here ends the response
@@ -181,6 +188,7 @@ class HTTPProvider(Provider, Generic[T]):
         feed = decoder.feed
         single = decoder.single
         fast = self.fast_path(turn)
+        after = self.after_push(turn)
         start = builder.sequence_number
         while True:
             try:
@@ -200,6 +208,8 @@ class HTTPProvider(Provider, Generic[T]):
                             if turn.dirty:
                                 turn.dirty = False
                                 wait = push()
+                            if after is not None:
+                                after()
                             if turn.done:
                                 raise StopPumping
                             return wait
@@ -215,6 +225,8 @@ class HTTPProvider(Provider, Generic[T]):
                             if turn.dirty:
                                 turn.dirty = False
                                 yield
+                            if after is not None:
+                                after()
                             if turn.done:
                                 break
                     for msg in decoder.flush():

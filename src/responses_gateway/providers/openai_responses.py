@@ -94,6 +94,8 @@ class ResponsesRelay:
         self._pending_refusal: set[tuple[str, int]] = set()
         self.checker = StreamChecker("openai", keep=False) if check else None
         self._reported: set[str] = set()
+        # The delta :meth:`fast` applied and the checker has not seen yet (see :meth:`check_later`).
+        self._unchecked: JSON | None = None
         self.error_event: JSON | None = None  # an upstream ``error`` event (its terminal event follows)
         # Read by HTTPProvider: failures come as events here, so ``error`` stays None.
         self.error: ProviderError | None = None
@@ -120,12 +122,14 @@ class ResponsesRelay:
             self._passthrough(event)
 
     def fast(self, event: bytes, data: bytes) -> bool:
-        """One whole upstream event (``SSEDecoder.single``) that is an output text delta the checker
-        takes on its fast path: applied here, as ``_dispatch`` and ``on_event`` would, and True.
-        False, with nothing changed, for anything else: the general path takes it then.
+        """One whole upstream event (``SSEDecoder.single``) that is an output text delta: applied
+        here, as ``_dispatch`` and ``on_event`` would, and True. False, with nothing changed, for
+        anything else: the general path takes it then.
 
         Most events of a stream are these; this skips the message object, the text decode and the
-        dispatch layers.
+        dispatch layers. The checker sees the delta in :meth:`check_later`, once the event it made has
+        gone to the client (``HTTPProvider.after_push``): its verdict is only logged, so whether it
+        comes before or after the builder's step changes no event.
         """
         if self.done:
             return False
@@ -140,10 +144,7 @@ class ResponsesRelay:
             return False
         if type(payload) is not dict or payload.get("type") != "response.output_text.delta":
             return False
-        checker = self.checker
         try:
-            if checker is not None and not checker.feed_delta(payload):
-                return False
             self._text_delta(payload)
         except ProviderError:
             raise
@@ -151,7 +152,23 @@ class ResponsesRelay:
             log.warning("dropping upstream %s: %s", payload.get("type"), exc)
         except Exception as exc:
             raise malformed_event(exc) from None
+        if self.checker is not None:
+            self._unchecked = payload
         return True
+
+    def check_later(self) -> None:
+        """Feed the checker the delta :meth:`fast` applied, if there is one: its fast rule, else the
+        full rules, as ``on_event`` does (called after the client's write, before the next event)."""
+        payload = self._unchecked
+        if payload is None:
+            return
+        self._unchecked = None
+        checker = self.checker
+        try:
+            if checker is not None and not checker.feed_delta(payload):
+                self._check(payload)
+        except Exception as exc:
+            raise malformed_event(exc) from None
 
     def _check(self, event: JSON) -> None:
         if self.checker is None:
@@ -704,6 +721,9 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
 
     def fast_path(self, turn: ResponsesRelay) -> Callable[[bytes, bytes], bool] | None:
         return turn.fast
+
+    def after_push(self, turn: ResponsesRelay) -> Callable[[], None] | None:
+        return turn.check_later if turn.checker is not None else None
 
 
 def replay_response(relay: ResponsesRelay, body: Any) -> None:
