@@ -486,10 +486,11 @@ class StreamBuilder:
         item.buf.append(delta)
         if logprobs:
             item.data["content"][item.content_index]["logprobs"].extend(logprobs)
-        self._emit(
+        # :meth:`_emit`, inline: most events of a stream are these.
+        self._pending.append(
             {
                 "type": "response.output_text.delta",
-                "sequence_number": 0,
+                "sequence_number": self._seq,
                 "item_id": item.id,
                 "output_index": item.output_index,
                 "content_index": item.content_index,
@@ -497,6 +498,7 @@ class StreamBuilder:
                 "logprobs": logprobs or [],
             }
         )
+        self._seq += 1
 
     def annotation(self, item: Item, annotation: JSON) -> None:
         """Attach an annotation (``url_citation``, ``file_citation``…) to the current text part."""

@@ -220,14 +220,14 @@ class SSEDecoder:
         """
         if self._tail or self._data or self._has_fields or self._skip_lf or not self._bom_checked:
             return None
-        if data[-2:] != b"\n\n" or data.find(b"\r") >= 0:
+        if not data.endswith(b"\n\n") or data.find(b"\r") >= 0:
             return None
-        if data[:6] == b"data: ":
+        if data.startswith(b"data: "):
             event = b""
             body = data[6:-2]
-        elif data[:7] == b"event: ":
+        elif data.startswith(b"event: "):
             end = data.find(b"\n")
-            if data[end + 1 : end + 7] != b"data: ":
+            if not data.startswith(b"data: ", end + 1):
                 return None
             event = data[7:end]
             body = data[end + 7 : -2]

@@ -144,8 +144,18 @@ class ResponsesRelay:
             return False
         if type(payload) is not dict or payload.get("type") != "response.output_text.delta":
             return False
+        index = payload.get("output_index")
+        item = self._by_index.get(index) if isinstance(index, int) else None
+        delta = payload.get("delta")
         try:
-            self._text_delta(payload)
+            if item is not None and item.open and item.kind == "message" and isinstance(delta, str):
+                # :meth:`_text_delta` for a delta whose item its output index finds (the usual case),
+                # without its two calls.
+                logprobs = payload.get("logprobs")
+                self.b.text_delta(item, delta, logprobs if isinstance(logprobs, list) else None)
+                self.dirty = True
+            else:
+                self._text_delta(payload)
         except ProviderError:
             raise
         except BuilderError as exc:

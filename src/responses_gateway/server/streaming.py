@@ -697,8 +697,15 @@ class SSESink(_Relay):
         events = builder.take()
         if not events:
             return None
-        self._record(events, None)
-        body = self._frames(self._seal(events))
+        # Per read of the upstream: the default recorder, seal and frames are skipped, not called.
+        record = self._record
+        if record is not _no_record:
+            record(events, None)
+        seal = self._seal
+        if seal is not unsealed:
+            events = seal(events)
+        frames = self._frames
+        body = encode_event(events[0]) if frames is _encode and len(events) == 1 else frames(events)
         if not body:
             return None
         return self.write(body)
