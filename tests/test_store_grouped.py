@@ -8,6 +8,7 @@ the same moment share a transaction, and one that cannot be written fails alone.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from responses_gateway.protocol.builder import StreamBuilder
 from responses_gateway.protocol.response import new_response
 from responses_gateway.store import ItemReferenceNotFound, ResponseNotFound, Store
+from responses_gateway.store.events import ENDS_PER_WRITE
 from test_store_services import run
 from test_store_suite import OWNER, opened, store_url, user
 
@@ -185,5 +187,42 @@ def test_ends_at_the_same_moment_fail_alone(tmp_path: Path) -> None:
             stored = await store.responses.get_response(OWNER, refused)
             assert stored["status"] == "completed"
             assert (await _stored_seqs(store))[refused] == list(range(recorders[3].recorded))
+
+    run(main())
+
+
+def test_ends_queued_together_are_written_a_few_at_a_time(tmp_path: Path) -> None:
+    """On SQLite, ten responses ending while the database is busy are not all written (and their
+    clients released) by one shared write: each write takes at most ENDS_PER_WRITE, and every
+    response is stored finished."""
+
+    async def main() -> None:
+        async with opened(f"sqlite://{tmp_path / 'gw.db'}") as store:
+            started = await asyncio.gather(*(_start(store, f"q{i}") for i in range(10)))
+            recorders = [store.recorder(rid) for _, rid in started]
+            for (builder, _), recorder in zip(started, recorders, strict=True):
+                recorder.add_nowait(builder.take())
+            await asyncio.gather(*(recorder.drain() for recorder in recorders))
+            statements: list[str] = []  # what the database runs, from here on
+            await store.db.call(lambda conn: conn.set_trace_callback(statements.append))  # type: ignore[attr-defined]
+            busy = asyncio.ensure_future(store.db.call(lambda conn: time.sleep(0.2)))
+            await asyncio.sleep(0.02)  # the database thread is busy: the ends queue up
+            for (builder, _), recorder in zip(started, recorders, strict=True):
+                builder.message(f"answer of {recorder.response_id}")
+                builder.complete()
+                recorder.add_nowait(builder.take())
+            await asyncio.gather(busy, *(recorder.drain() for recorder in recorders))
+            sizes, ends = [], 0  # responses ended by each transaction
+            for sql in statements:
+                if sql.startswith("UPDATE rg_responses SET status") and "cancel_requested = 0" in sql:
+                    ends += 1
+                elif sql == "COMMIT" and ends:
+                    sizes.append(ends)
+                    ends = 0
+            assert sum(sizes) == 10 and max(sizes) <= ENDS_PER_WRITE and len(sizes) >= 3, sizes
+            for _, rid in started:
+                stored = await store.responses.get_response(OWNER, rid)
+                assert stored["status"] == "completed"
+                assert stored["output"][0]["content"][0]["text"] == f"answer of {rid}"
 
     run(main())

@@ -55,16 +55,22 @@ async def write_batches(
 class Batches(Generic[E, R]):
     """The queue of such writes: :meth:`put` queues an entry and starts a write unless one is in
     flight; each write takes everything queued by then (:func:`write_batches` with ``write`` and
-    ``settle``), so an entry waits for the transaction in flight at most."""
+    ``settle``), so an entry waits for the transaction in flight at most. With ``limit`` a write
+    takes at most that many, oldest first, and the rest go in the writes after it."""
 
-    __slots__ = ("_name", "_queue", "_settle", "_task", "_write")
+    __slots__ = ("_limit", "_name", "_queue", "_settle", "_task", "_write")
 
     def __init__(
         self,
         write: Callable[[list[E]], Awaitable[Sequence[R]]],
         settle: Callable[[E, R | BaseException], None],
         name: str,
+        *,
+        limit: int | None = None,
     ) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1 (None: no limit)")
+        self._limit = limit
         self._write = write
         self._settle = settle
         self._name = name
@@ -89,5 +95,9 @@ class Batches(Generic[E, R]):
             await task
 
     def _take(self) -> list[E]:
+        limit = self._limit
+        if limit is not None and len(self._queue) > limit:
+            batch, self._queue = self._queue[:limit], self._queue[limit:]
+            return batch
         batch, self._queue = self._queue, []
         return batch

@@ -97,6 +97,13 @@ def _snapshot_of(events: list[JSON]) -> JSON | None:
     return None
 
 
+# The most ends one shared end write takes. Unlimited, the writes under load carried 12-40 ends whose
+# clients, released together, started their next streams together and queued behind one another
+# (uvloop accepts one connection per loop turn): the store's added first-event p99 at 100 streams
+# roughly halved with 4, for ~7 % more CPU per event (docs/performance.md, "ends written four at a
+# time").
+ENDS_PER_WRITE = 4
+
 # A response's events to append: its id, the events, each encoded (as stored), their times.
 _Batch = tuple[str, list[JSON], list[str], Times]
 # An end waiting for the next shared write (see Events._ends): the response, its events, each
@@ -150,11 +157,15 @@ class Events:
         self._dirty: dict[EventRecorder, None] = {}
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_task: asyncio.Task[None] | None = None
-        # Ends of responses waiting for the next shared write (SQLite): all that queued up while one was
-        # being written go in the next, one transaction and one trip (BEGIN, the statements, COMMIT),
-        # instead of a transaction (and its pages in the WAL) each. A failed shared write is retried one
-        # end at a time, so one bad row fails only its own response's end (_write_end_batch).
-        self._ends: Batches[_End, bool] = Batches(self._write_end_batch, _settle_ended, "rg-store-ends")
+        # Ends of responses waiting for the next shared write (SQLite): those that queued up while one
+        # was being written go in the next, one transaction and one trip (BEGIN, the statements,
+        # COMMIT), instead of a transaction (and its pages in the WAL) each; at most ENDS_PER_WRITE of
+        # them, because a response's terminal event waits for its end and the clients of one write are
+        # released together. A failed shared write is retried one end at a time, so one bad row fails
+        # only its own response's end (_write_end_batch).
+        self._ends: Batches[_End, bool] = Batches(
+            self._write_end_batch, _settle_ended, "rg-store-ends", limit=ENDS_PER_WRITE
+        )
 
     async def _write_snapshot(
         self, tx: Tx, response_id: str, snapshot: JSON, *, owner: tuple[Any, Any] | None = None
