@@ -31,12 +31,19 @@ def no_collector() -> Iterator[None]:
             gc.enable()
 
 
-def test_a_closed_watch_is_freed_without_the_garbage_collector(no_collector: None) -> None:
+@pytest.mark.parametrize("watching", ["stop signal", "receive"])
+def test_a_closed_watch_is_freed_without_the_garbage_collector(no_collector: None, watching: str) -> None:
     async def main() -> weakref.ref[ClientWatch]:
         stop = asyncio.Event()
+        never = asyncio.Event()
+
+        async def receive() -> dict[str, str]:
+            await never.wait()
+            return {"type": "http.disconnect"}
 
         async def run() -> weakref.ref[ClientWatch]:
-            watch = ClientWatch(None, stop)
+            # "receive": a server without the disconnect callback.
+            watch = ClientWatch(receive) if watching == "receive" else ClientWatch(None, stop)
             await asyncio.sleep(0)  # the stop watcher is waiting
             watch.close()
             return weakref.ref(watch)

@@ -131,11 +131,14 @@ class ClientWatch:
         return self.reason == "client"
 
     async def _watch(self, receive: Receive) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                self.stop("client")
-                return
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    self.stop("client")
+                    return
+        except asyncio.CancelledError:
+            return  # closed: see _watch_stop
 
     async def _watch_stop(self, stop: asyncio.Event) -> None:
         try:
