@@ -29,6 +29,7 @@ from responses_gateway.store import (
     Store,
     open_store,
 )
+from responses_gateway.store.live import LocalLiveLog
 from test_store_services import require, run
 
 JSON = dict[str, Any]
@@ -604,3 +605,32 @@ def test_event_arrival_times_are_stored_and_survive_compaction(store_url: str, l
                 await store.timed_events(OWNER, "resp_missing")
 
     run(main())
+
+
+def test_a_finished_live_log_is_dropped_soon_and_followers_read_the_database(store_url: str) -> None:
+    """A finished response's events leave memory within 1.5 s of its end (they were kept 30 s, which
+    at load meant long garbage-collector passes); a follower after that reads them all from the
+    database."""
+
+    async def main() -> None:
+        async with opened(store_url) as store:
+            assert isinstance(store.live, LocalLiveLog)
+            builder = StreamBuilder(new_response("m"))
+            builder.start()
+            rid = str(builder.snapshot()["id"])
+            snapshot = builder.snapshot()
+            await store.responses.create_response(OWNER, snapshot, request={}, input_items=[user("q")])
+            recorder = store.recorder(rid)
+            item = builder.open_message()
+            for piece in "abc":
+                builder.text_delta(item, piece)
+            builder.close_message(item)
+            builder.complete()
+            sent = builder.take()
+            await recorder.add(sent)
+            assert store.live.running_here(rid)  # just ended: kept for followers already reading
+            await asyncio.sleep(1.5)
+            assert not store.live.running_here(rid)
+            assert await collect(store.stream_events(OWNER, rid)) == sent
+
+    asyncio.run(main())

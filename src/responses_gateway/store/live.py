@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-__all__ = ["LiveLog", "LocalLiveLog", "RedisLiveLog", "SiblingLiveLog"]
+__all__ = ["RETAIN_AFTER_END", "LiveLog", "LocalLiveLog", "RedisLiveLog", "SiblingLiveLog"]
 
 JSON = dict[str, Any]
 CancelHandler = Callable[[str], None]
@@ -71,10 +71,18 @@ class _Channel:
         self.changed: asyncio.Event | None = None
 
 
+# How long a finished response's live log stays in memory after its end. By then the database holds
+# every event (the end is written before ``end``), so this is only a grace for followers already
+# reading; a follower that finds no log reads the database. It was 30 s: at 100 streams that kept
+# ~30 s of event dicts alive, and the garbage collector's full passes over them took 124 ms once
+# they had piled up (1 s: 7 ms; docs/performance.md, "a finished response's events, kept 1 s").
+RETAIN_AFTER_END = 1.0
+
+
 class LocalLiveLog(LiveLog):
     """In-process live log: a list per running response and an :class:`asyncio.Event` to wake readers."""
 
-    def __init__(self, retain_after_end: float = 30.0) -> None:
+    def __init__(self, retain_after_end: float = RETAIN_AFTER_END) -> None:
         self._channels: dict[str, _Channel] = {}
         self._retain = retain_after_end
         self._on_cancel: CancelHandler = lambda _rid: None
@@ -158,7 +166,7 @@ class SiblingLiveLog(LocalLiveLog):
     sent: the database is the one copy shared between workers.
     """
 
-    def __init__(self, directory: str | Path, retain_after_end: float = 30.0) -> None:
+    def __init__(self, directory: str | Path, retain_after_end: float = RETAIN_AFTER_END) -> None:
         super().__init__(retain_after_end)
         self.directory = Path(directory)
         self._path = self.directory / f"{os.getpid()}.sock"
