@@ -17,7 +17,9 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,11 +73,12 @@ class _Channel:
         self.changed: asyncio.Event | None = None
 
 
-# How long a finished response's live log stays in memory after its end. By then the database holds
-# every event (the end is written before ``end``), so this is only a grace for followers already
-# reading; a follower that finds no log reads the database. It was 30 s: at 100 streams that kept
-# ~30 s of event dicts alive, and the garbage collector's full passes over them took 124 ms once
-# they had piled up (1 s: 7 ms; docs/performance.md, "a finished response's events, kept 1 s").
+# How long a finished response is remembered as finished here (its id only). Its events are dropped at
+# its end: by then the database holds every event (the end is written before ``end``), so a follower
+# that asks for more is told at once that the response ended and reads the rest from the database.
+# Keeping the events instead (30 s, then 1 s) left every finished response's event dicts and
+# snapshots for the garbage collector to traverse: at 100 streams with 1 s, ~20,000 objects, and
+# gen-1 passes of 5-19 ms (docs/performance.md, "a finished response's events, dropped at its end").
 RETAIN_AFTER_END = 1.0
 
 
@@ -85,13 +88,10 @@ class LocalLiveLog(LiveLog):
     def __init__(self, retain_after_end: float = RETAIN_AFTER_END) -> None:
         self._channels: dict[str, _Channel] = {}
         self._retain = retain_after_end
+        # Responses ended here lately: id -> when (monotonic), oldest first; pruned as responses end
+        # (no timer per response). One object for the collector, whatever its size.
+        self._ended: OrderedDict[str, float] = OrderedDict()
         self._on_cancel: CancelHandler = lambda _rid: None
-
-    def _channel(self, response_id: str) -> _Channel:
-        channel = self._channels.get(response_id)
-        if channel is None:
-            channel = self._channels[response_id] = _Channel()
-        return channel
 
     async def publish(self, response_id: str, events: list[JSON]) -> None:
         self.publish_nowait(response_id, events)
@@ -100,10 +100,17 @@ class LocalLiveLog(LiveLog):
         """Whether this process holds a live log for ``response_id``."""
         return response_id in self._channels
 
+    def ended_here(self, response_id: str) -> bool:
+        """Whether ``response_id`` ran here and ended within the last ``retain_after_end`` seconds."""
+        at = self._ended.get(response_id)
+        return at is not None and time.monotonic() - at < self._retain
+
     def publish_nowait(self, response_id: str, events: list[JSON]) -> None:
         """:meth:`publish` without a coroutine (the recorder's hot path)."""
         channel = self._channels.get(response_id)
         if channel is None:
+            if response_id in self._ended:
+                return  # nothing is published after an end (a log made now would never be dropped)
             channel = self._channels[response_id] = _Channel()
         channel.events.extend(events)
         changed = channel.changed
@@ -113,21 +120,25 @@ class LocalLiveLog(LiveLog):
             channel.changed = None
 
     async def end(self, response_id: str) -> None:
-        channel = self._channel(response_id)
-        channel.ended = True
-        if channel.changed is not None:
-            channel.changed.set()
-            channel.changed = None
-        # By now the database holds every event; late followers read it from there.
-        asyncio.get_running_loop().call_later(self._retain, self._drop, response_id, channel)
-
-    def _drop(self, response_id: str, channel: _Channel) -> None:
-        if self._channels.get(response_id) is channel:
-            del self._channels[response_id]
+        channel = self._channels.pop(response_id, None)
+        if channel is not None:
+            channel.ended = True
+            if channel.changed is not None:
+                # A reader waiting now returns the last events from the log it holds.
+                channel.changed.set()
+                channel.changed = None
+        # Later readers are told it ended and read the database, which holds every event by now.
+        ended = self._ended
+        now = time.monotonic()
+        while ended and now - ended[next(iter(ended))] >= self._retain:
+            ended.popitem(last=False)
+        ended[response_id] = now
 
     async def read(self, response_id: str, after: int, timeout: float) -> tuple[list[JSON], bool]:
         channel = self._channels.get(response_id)
         if channel is None:
+            if self.ended_here(response_id):
+                return [], True
             # Not running here: the caller falls back to the database after this pause.
             await asyncio.sleep(min(timeout, 0.1))
             return [], False
@@ -153,6 +164,7 @@ class LocalLiveLog(LiveLog):
 
     async def close(self) -> None:
         self._channels.clear()
+        self._ended.clear()
 
 
 class SiblingLiveLog(LocalLiveLog):
@@ -220,7 +232,7 @@ class SiblingLiveLog(LocalLiveLog):
         self._send(b"f")
 
     async def read(self, response_id: str, after: int, timeout: float) -> tuple[list[JSON], bool]:
-        if self.running_here(response_id):
+        if self.running_here(response_id) or self.ended_here(response_id):
             return await super().read(response_id, after, timeout)
         # A sibling's (or a finished) response: the caller reads the database after this wait.
         waiter = self._wake
