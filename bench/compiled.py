@@ -1,21 +1,14 @@
 """The hot path's Python compiled with mypyc against the same source run by the interpreter, side by side.
 
-Run: ``.venv/bin/python bench/compiled.py`` (``make bench`` runs it). It copies ``src/`` to a temporary
-directory, compiles there with mypyc (``mypy`` from the test extra ships it; a C compiler is on the
-machine) the modules a relayed event goes through, then runs ``bench/protocol.py`` and an SSE decode /
-encode loop under both trees, alternating, best of ``--rounds``; and, when valgrind is installed,
-``bench/per_request.py --callgrind`` with the compiled tree as its ``--baseline-src``: instructions per
-stream and per delta of the whole running gateway, pure ("gateway-…") against compiled ("baseline-…").
-Nothing is installed: the compiled tree exists only for the run (``--keep DIR`` builds it in DIR and
-keeps it).
-
-Compiled (``MODULES``): ``protocol/`` sse, builder, events, json_field, response, checker,
-chat_completions; ``providers/`` openai_chat, openai_responses; ``server/streaming.py``. The source
-changes compiling needs are in the source itself (``protocol/native.py``'s ``mypyc_attr``). Not compiled:
-``providers/http1.py`` and ``providers/http_base.py`` (async generators, which this mypyc does not
-implement) and ``server/http_protocol.py`` (uvicorn's protocol subclass, subclassed again at run time).
+Run: ``.venv/bin/python bench/compiled.py`` (``make bench`` runs it). It builds the compiled tree as
+``make run`` serves it (``scripts/compile_hot_path.py``: a copy of ``src/`` with the modules of
+``protocol/native.py``'s ``COMPILED_MODULES`` compiled by mypyc) in a temporary directory, then runs
+``bench/protocol.py`` and an SSE decode / encode loop under both trees, alternating, best of
+``--rounds``; and, when valgrind is installed, ``bench/per_request.py --callgrind`` with the compiled
+tree as its ``--baseline-src``: instructions per stream and per delta of the whole running gateway, pure
+("gateway-…") against compiled ("baseline-…"). ``--keep DIR`` builds it in ``DIR/compiled`` and keeps it.
 What was measured and decided is in docs/performance.md ("Compiled hot path", "The whole per-event
-chain compiled").
+chain compiled", "The compiled hot path adopted").
 """
 
 from __future__ import annotations
@@ -30,18 +23,15 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from compile_hot_path import build  # noqa: E402
+
 FIXTURE = (
     ROOT
     / "tests/fixtures/recordings"
     / "openai-responses__reasoning-summary-4-parts-then-text__pydantic-pydantic-ai.sse"
 )
-MODULES = [
-    *(f"protocol/{m}.py" for m in ("sse", "builder", "events", "json_field", "response", "checker")),
-    "protocol/chat_completions.py",
-    "providers/openai_chat.py",
-    "providers/openai_responses.py",
-    "server/streaming.py",
-]
 
 SSE_LOOP = r"""
 import time
@@ -67,23 +57,6 @@ for _ in range(5):
 print(f"(e) SSE decode (events from 700-byte reads)  : {best:6.2f} µs/event")
 print(f"(f) encode_event of a delta                  : {enc:6.2f} µs/event")
 """
-
-
-def compiled_tree(workdir: Path) -> Path:
-    src = workdir / "src"
-    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    mypyc = Path(sys.executable).parent / "mypyc"
-    files = [f"responses_gateway/{m}" for m in MODULES]
-    config = ["--config-file", str(ROOT / "pyproject.toml")]
-    done = subprocess.run([str(mypyc), *config, *files], cwd=src, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"mypyc failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    shutil.rmtree(src / "build", ignore_errors=True)
-    built = sorted(
-        str(p.relative_to(src / "responses_gateway")) for p in src.glob("responses_gateway/*/*.so")
-    )
-    print(f"compiled with mypyc: {', '.join(built)}")
-    return src
 
 
 def measure(src: Path) -> dict[str, float]:
@@ -113,14 +86,12 @@ def measure(src: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each is kept")
-    parser.add_argument(
-        "--keep", type=Path, help="build the compiled tree in this (empty) directory, keep it"
-    )
+    parser.add_argument("--keep", type=Path, help="build the compiled tree in DIR/compiled and keep it")
     parser.add_argument("--no-instructions", action="store_true", help="skip the instruction count")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rg-mypyc-") as tmp:
         workdir = args.keep.resolve() if args.keep else Path(tmp)
-        compiled = compiled_tree(workdir)
+        compiled = build(workdir / "compiled")
         best: dict[str, dict[str, float]] = {"pure": {}, "compiled": {}}
         for _ in range(args.rounds):
             for name, src in (("pure", ROOT / "src"), ("compiled", compiled)):
@@ -139,7 +110,7 @@ def main() -> None:
             sys.executable,
             str(ROOT / "bench" / "per_request.py"),
             "--baseline-src",
-            str(workdir),
+            str(compiled.parent),
             "--callgrind",
             "20",
             "--deltas",

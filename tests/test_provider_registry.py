@@ -18,6 +18,7 @@ from conftest import Gateway, check_stream, decode_sse, start_gateway
 from responses_gateway.config import ConfigError, ModelConfig, parse_config
 from responses_gateway.protocol.builder import StreamBuilder
 from responses_gateway.protocol.request import ResponseRequest
+from responses_gateway.protocol.response import new_response
 from responses_gateway.providers import registry as providers_registry
 from responses_gateway.providers.base import Provider, ProviderError
 from responses_gateway.providers.fallback import FallbackProvider
@@ -234,7 +235,7 @@ def test_request_defaults_fill_only_what_the_client_left_out() -> None:
     wrapped = RequestDefaults(Recorder(), max_output_tokens=99, reasoning_effort="low")
 
     async def run(request: ResponseRequest) -> None:
-        async for _ in wrapped.stream(request, StreamBuilder.__new__(StreamBuilder)):
+        async for _ in wrapped.stream(request, StreamBuilder(new_response("m"))):
             pass
 
     asyncio.run(run(ResponseRequest(model="m", raw={"model": "m"})))

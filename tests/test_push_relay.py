@@ -22,6 +22,7 @@ import pytest
 from conftest import Gateway, check_stream, decode_sse, start_gateway
 from responses_gateway.protocol.accumulator import accumulate
 from responses_gateway.protocol.builder import StreamBuilder
+from responses_gateway.protocol.native import compiled_modules
 from responses_gateway.protocol.response import new_response
 from responses_gateway.providers.fallback import FallbackProvider
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
@@ -150,7 +151,10 @@ def test_a_slow_client_gets_everything_in_order(
     assert response["status"] == "completed"
     assert response["output"][0]["content"][0]["text"] == "".join(pieces)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert drains[0] > before  # the path where a send could not complete at once was taken
+    if not compiled_modules():
+        # The path where a send could not complete at once was taken. (Compiled, _Relay calls its own
+        # _drain directly and the counter sees nothing; the interpreted run of the suite checks it.)
+        assert drains[0] > before
 
 
 def test_keepalives_keep_their_place_between_pushed_events(upstream: UpstreamMock, served: Gateway) -> None:

@@ -1,17 +1,24 @@
-"""What the same typed source needs to compile with mypyc (bench/compiled.py) and still run interpreted.
+"""The compiled hot path: which modules mypyc compiles, what the same typed source needs to compile and
+still run interpreted, and which build is running.
 
-``mypyc_attr(native_class=False)`` marks a class mypyc must leave a normal Python class (a subclass of a
-built-in exception other than ``Exception``/``ValueError``). mypyc reads the decorator at compile time;
-interpreted, it is ``mypy_extensions``' no-op when that is installed (mypy ships it) and an identity
-decorator when it is not (a runtime install without the test extra).
+``COMPILED_MODULES`` are the modules a relayed event goes through that mypyc accepts
+(``scripts/compile_hot_path.py`` compiles them; ``make run`` serves that build and ``make test`` runs
+the suite on both; docs/architecture.md, "The compiled hot path"). ``mypyc_attr(native_class=False)``
+marks a class mypyc must leave a normal Python class (a subclass of a built-in exception other than
+``Exception``/``ValueError``, a class held by weak reference, a class with class-level settings that
+interpreted code subclasses). mypyc reads the decorator at compile time; interpreted, it is
+``mypy_extensions``' no-op when that is installed (mypy ships it) and an identity decorator when it is
+not (a runtime install without the test extra).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from importlib.machinery import EXTENSION_SUFFIXES
 from typing import TypeVar
 
-__all__ = ["mypyc_attr"]
+__all__ = ["COMPILED_MODULES", "compiled_modules", "mypyc_attr"]
 
 _T = TypeVar("_T")
 
@@ -21,3 +28,31 @@ except ImportError:  # pragma: no cover - mypy (and so mypy_extensions) not inst
 
     def mypyc_attr(*_attrs: str, **_kwattrs: object) -> Callable[[_T], _T]:
         return lambda cls: cls
+
+
+# Not compiled, and why (docs/performance.md, "The whole per-event chain compiled"): providers/http1.py
+# and providers/http_base.py (async generators, which this mypyc does not implement) and
+# server/http_protocol.py (uvicorn's protocol subclass, subclassed again at run time).
+COMPILED_MODULES: tuple[str, ...] = (
+    "responses_gateway.protocol.sse",
+    "responses_gateway.protocol.builder",
+    "responses_gateway.protocol.events",
+    "responses_gateway.protocol.json_field",
+    "responses_gateway.protocol.response",
+    "responses_gateway.protocol.checker",
+    "responses_gateway.protocol.chat_completions",
+    "responses_gateway.providers.openai_chat",
+    "responses_gateway.providers.openai_responses",
+    "responses_gateway.server.streaming",
+)
+
+
+def compiled_modules() -> list[str]:
+    """The modules of this package imported so far from compiled extension files (sorted)."""
+    prefix = __name__.split(".", 1)[0] + "."
+    suffixes = tuple(EXTENSION_SUFFIXES)
+    return sorted(
+        name
+        for name, module in list(sys.modules.items())
+        if name.startswith(prefix) and str(getattr(module, "__file__", "")).endswith(suffixes)
+    )

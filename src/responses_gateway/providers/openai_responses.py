@@ -640,6 +640,8 @@ _HANDLERS: dict[str, Callable[[ResponsesRelay, JSON], None]] = {
 
 
 # ---------------------------------------------------------------------------------------- provider
+# (Compiled, its methods refuse instances of interpreted subclasses: configure an instance instead, as
+# ``server.model_process.local_model_client`` does.)
 @mypyc_attr(native_class=False)
 class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
     """A model behind OpenAI's Responses API (or a compatible server), relayed through the builder."""
@@ -668,6 +670,7 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
         extra_headers: dict[str, str] | None = None,
         check_upstream: bool = True,
         upstream_name: str = "OpenAI",
+        relay: type[ResponsesRelay] = ResponsesRelay,
     ) -> None:
         super().__init__(
             base_url=base_url,
@@ -679,6 +682,7 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
             upstream_name=upstream_name,
         )
         self._check_upstream = check_upstream
+        self._relay = relay
 
     @property
     def url(self) -> str:
@@ -720,7 +724,7 @@ class OpenAIResponsesProvider(HTTPProvider[ResponsesRelay]):
         return build_responses_body(request, upstream_model=self.upstream_model)
 
     def translator(self, request: ResponseRequest, builder: StreamBuilder) -> ResponsesRelay:
-        return ResponsesRelay(builder, check=self._check_upstream)
+        return self._relay(builder, check=self._check_upstream)
 
     def replay(self, turn: ResponsesRelay, body: Any) -> None:
         # A server that ignored ``stream: true`` answered with the whole Response.

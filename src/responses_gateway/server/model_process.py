@@ -6,7 +6,7 @@ generations would fight over the same cores, so the supervisor starts one *model
 gateway serving only the embedded model(s) (the default ``gemma-3-270m`` and the models file's
 ``provider: local`` entries), with no store, no UI and no metrics, on a loopback port bound by the
 parent and guarded by a random key only the workers know. Each worker serves the same model names
-through :class:`LocalModelClient`, the Responses passthrough pointed at that process: the relay
+through :func:`local_model_client`, the Responses passthrough pointed at that process: the relay
 replays its events exactly, an HTTP error (the model's 400 for what it cannot do, its 429 when the
 queue is full) reaches the client as the model process gave it, and ``/responses/input_tokens`` is
 counted there by the model's own tokenizer.
@@ -30,8 +30,6 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..protocol.builder import StreamBuilder
-from ..protocol.request import ResponseRequest
 from ..providers.base import Provider, ProviderError
 from ..providers.gguf_file import LOCAL_CAPABILITIES
 from ..providers.openai_responses import OpenAIResponsesProvider, ResponsesRelay
@@ -42,7 +40,7 @@ if TYPE_CHECKING:
     from ..config import GatewayConfig
     from .registry import ModelRegistry
 
-__all__ = ["LOCAL_OWNER", "LocalModelClient", "ModelProcessRelay", "SharedModel", "model_process_config"]
+__all__ = ["LOCAL_OWNER", "ModelProcessRelay", "SharedModel", "local_model_client", "model_process_config"]
 
 # What the registry records as the owner of an embedded model (``owned_by`` in GET /v1/models).
 LOCAL_OWNER = "local"
@@ -66,30 +64,28 @@ class ModelProcessRelay(ResponsesRelay):
         super().fail(exc)
 
 
-class LocalModelClient(OpenAIResponsesProvider):
+def local_model_client(
+    *, base_url: str, api_key: str, model: str, transport: Transport | None = None
+) -> OpenAIResponsesProvider:
     """A worker's way to the model process: the Responses passthrough, claiming no more than the
-    embedded model can do (so the worker's engine runs hosted tools and compaction itself)."""
-
-    name = "local"
-    compacts = False
-
-    def __init__(
-        self, *, base_url: str, api_key: str, model: str, transport: Transport | None = None
-    ) -> None:
-        super().__init__(
-            base_url=base_url,
-            api_key=api_key,
-            upstream_model=model,
-            transport=transport,
-            # No idle limit: a request waits silently in the model's queue for as long as the
-            # generations ahead of it take, as it would in one process.
-            timeouts=Timeouts(connect=10.0, read=None),
-            upstream_name="the embedded model's process",
-        )
-        self.capabilities = LOCAL_CAPABILITIES
-
-    def translator(self, request: ResponseRequest, builder: StreamBuilder) -> ResponsesRelay:
-        return ModelProcessRelay(builder)
+    embedded model can do (so the worker's engine runs hosted tools and compaction itself). An
+    instance configured, not a subclass: the passthrough may be compiled (docs/architecture.md, "The
+    compiled hot path"), and a compiled class's methods refuse an interpreted subclass's instances."""
+    client = OpenAIResponsesProvider(
+        base_url=base_url,
+        api_key=api_key,
+        upstream_model=model,
+        transport=transport,
+        # No idle limit: a request waits silently in the model's queue for as long as the
+        # generations ahead of it take, as it would in one process.
+        timeouts=Timeouts(connect=10.0, read=None),
+        upstream_name="the embedded model's process",
+        relay=ModelProcessRelay,
+    )
+    client.name = "local"
+    client.compacts = False
+    client.capabilities = LOCAL_CAPABILITIES
+    return client
 
 
 @dataclass(slots=True)
@@ -115,7 +111,7 @@ class SharedModel:
         for name in names:
 
             def build(model: str = name) -> Provider:
-                return LocalModelClient(base_url=self.base_url, api_key=self.key, model=model)
+                return local_model_client(base_url=self.base_url, api_key=self.key, model=model)
 
             registry.replace_factory(name, build)
         return names

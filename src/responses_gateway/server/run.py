@@ -23,6 +23,7 @@ from ..engine.tools.mcp import McpServerSpec
 from ..engine.tools.web_search import BraveBackend, SearchBackend, SearxngBackend
 from ..paths import DATA_DIR_ENV
 from ..paths import data_dir as resolve_data_dir
+from ..protocol.native import COMPILED_MODULES, compiled_modules
 from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
 from ..retrieval.vector_index import CHOICES as VECTOR_INDEXES
@@ -593,6 +594,13 @@ def _serve_app(
         f", {workers} workers" if workers > 1 else "",
     )
     log.info("store: %s%s", _describe_store(app.config.store_url), " + redis" if app.config.redis_url else "")
+    compiled = compiled_modules()
+    log.info(
+        "hot path: %s",
+        f"compiled with mypyc ({len(compiled)} of {len(COMPILED_MODULES)} modules)"
+        if compiled
+        else "interpreted (make run serves the mypyc build; docs/architecture.md)",
+    )
     if model is not None:
         log.info("the embedded model runs in one model process the workers share (%s)", model[0].base_url)
     if not args.preload and LOCAL_MODEL in names:
