@@ -7,7 +7,10 @@ are real HTTP servers (tests/upstream_mock.py) or the scripted provider, which r
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +20,7 @@ from typing import Any
 import asyncpg
 import httpx
 import openai
+import orjson
 import pytest
 
 from conftest import Gateway, check_stream, decode_sse, start_gateway
@@ -741,6 +745,43 @@ def test_a_foreground_client_that_leaves_cancels_the_stored_response(stored: Cal
     assert events[: len(seen)] == seen
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "response_cancelled"
+
+
+async def _stored_statuses(url: str) -> list[str]:
+    store = await open_store(url)
+    try:
+        async with store.db.transaction() as tx:
+            rows = await tx.fetch("SELECT status FROM rg_responses")
+    finally:
+        await store.close()
+    return [str(row[0]) for row in rows]
+
+
+def test_a_client_that_leaves_before_the_first_token_ends_the_run_cleanly(
+    stored: Callable[..., Gateway], upstream: UpstreamMock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client leaves while the upstream has answered its head but no token yet (nothing has been
+    sent to the client): the upstream request is closed, the stored response is not left running, and
+    nothing is logged as an error."""
+    upstream.reset([stream_reply(b"", stall_after=0)])  # the head, then nothing until the client goes
+    provider = OpenAIChatProvider(base_url=upstream.url + "/v1", api_key="sk-up", upstream_model="up")
+    provider.name = "chat"
+    gw = stored([provider])
+    url = gw.app.config.store_url or ""
+    before, asked = upstream.disconnects, len(upstream.requests)
+    body = orjson.dumps({"model": "chat", "input": "go", "stream": True})
+    head = (
+        "POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", gw.port)) as client:
+        client.sendall(head.encode() + body)
+        wait_for(lambda: len(upstream.requests) > asked)
+    wait_for(lambda: upstream.disconnects > before)  # the upstream request was closed
+    wait_for(lambda: "in_progress" not in asyncio.run(_stored_statuses(url)))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [
+        r.getMessage() for r in caplog.records
+    ]
 
 
 def test_shutdown_fails_running_background_responses(store_url: str, tmp_path: Path) -> None:
