@@ -24,7 +24,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 # The compiled hot path (docs/architecture.md, "The compiled hot path"): a copy of src/ with the
-# per-event modules compiled by mypyc (~3-5 min on 2 cores), rebuilt when a source changed. Without
+# per-event modules compiled by mypyc (~1-2 min on 2 cores), rebuilt when a source changed. Without
 # it the same source runs interpreted.
 COMPILED := build/compiled
 COMPILED_STAMP := $(COMPILED)/.built
