@@ -699,15 +699,19 @@ def test_sealed_reasoning_round_trip_with_store_false(
 
 
 # ---------------------------------------------------------------------------------------- endings
-async def _count_responses(url: str) -> int:
+async def _response_column(url: str, column: str) -> list[Any]:
+    """One column of every stored response (``COUNT(*)`` counts them)."""
     store = await open_store(url)
     try:
         async with store.db.transaction() as tx:
-            row = await tx.fetchone("SELECT COUNT(*) FROM rg_responses")
+            rows = await tx.fetch(f"SELECT {column} FROM rg_responses")
     finally:
         await store.close()
-    assert row is not None
-    return int(row[0])
+    return [row[0] for row in rows]
+
+
+async def _count_responses(url: str) -> int:
+    return int((await _response_column(url, "COUNT(*)"))[0])
 
 
 def test_refused_before_the_first_event_stores_nothing(stored: Callable[..., Gateway]) -> None:
@@ -747,16 +751,6 @@ def test_a_foreground_client_that_leaves_cancels_the_stored_response(stored: Cal
     assert events[-1]["response"]["error"]["code"] == "response_cancelled"
 
 
-async def _stored_statuses(url: str) -> list[str]:
-    store = await open_store(url)
-    try:
-        async with store.db.transaction() as tx:
-            rows = await tx.fetch("SELECT status FROM rg_responses")
-    finally:
-        await store.close()
-    return [str(row[0]) for row in rows]
-
-
 def test_a_client_that_leaves_before_the_first_token_ends_the_run_cleanly(
     stored: Callable[..., Gateway], upstream: UpstreamMock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -778,7 +772,7 @@ def test_a_client_that_leaves_before_the_first_token_ends_the_run_cleanly(
         client.sendall(head.encode() + body)
         wait_for(lambda: len(upstream.requests) > asked)
     wait_for(lambda: upstream.disconnects > before)  # the upstream request was closed
-    wait_for(lambda: "in_progress" not in asyncio.run(_stored_statuses(url)))
+    wait_for(lambda: "in_progress" not in asyncio.run(_response_column(url, "status")))
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [
         r.getMessage() for r in caplog.records
     ]
