@@ -29,6 +29,8 @@ install: $(STAMP)
 COMPILED := build/compiled
 COMPILED_STAMP := $(COMPILED)/.built
 SOURCES := $(shell find src/responses_gateway -name '*.py')
+# What PYTHONPATH becomes to import the compiled build (ahead of any the caller set).
+COMPILED_PATH := $(CURDIR)/$(COMPILED)/src$${PYTHONPATH:+:$$PYTHONPATH}
 
 $(COMPILED_STAMP): $(STAMP) $(SOURCES) pyproject.toml scripts/compile_hot_path.py
 	rm -f $(COMPILED_STAMP)
@@ -37,7 +39,7 @@ $(COMPILED_STAMP): $(STAMP) $(SOURCES) pyproject.toml scripts/compile_hot_path.p
 
 run: $(STAMP)
 	@$(MAKE) --no-print-directory $(COMPILED_STAMP) || echo "make run: the compiled hot path did not build; serving the interpreted one" >&2
-	if [ -f $(COMPILED_STAMP) ]; then export PYTHONPATH="$(CURDIR)/$(COMPILED)/src$${PYTHONPATH:+:$$PYTHONPATH}"; fi; \
+	if [ -f $(COMPILED_STAMP) ]; then export PYTHONPATH="$(COMPILED_PATH)"; fi; \
 	exec $(BIN)/responses-gateway serve --host $(HOST) --port $(PORT)
 
 # The whole suite on both builds: the interpreted source (the fallback) and the compiled hot path.
@@ -49,7 +51,7 @@ test: $(STAMP) $(COMPILED_STAMP)
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 	RG_TEST_BUILD=interpreted $(BIN)/python -m pytest
-	RG_TEST_BUILD=compiled PYTHONPATH="$(CURDIR)/$(COMPILED)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(BIN)/python -m pytest
+	RG_TEST_BUILD=compiled PYTHONPATH="$(COMPILED_PATH)" $(BIN)/python -m pytest
 
 # The gateway-overhead benchmark (issue 5): mock upstream, bare relay, the gateway, LiteLLM, side by side.
 bench: $(STAMP)
