@@ -5,10 +5,15 @@ runs it) in a background thread and returns a :class:`Gateway` with ``base_url``
 and ``url(path)``; every server started is stopped at teardown. ``assert_valid_stream(events)`` runs
 ``protocol.checker.check`` in both profiles and fails with the violations listed (also importable as
 ``from conftest import check_stream``).
+
+Every test fails if a gateway it ran logged an exception that escaped the application (uvicorn's
+"Exception in ASGI application"): uvicorn's own loggers do not propagate to pytest's capture, so without
+this guard such an error is visible only on the terminal.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -59,6 +64,44 @@ class Gateway:
         self.thread.join(timeout=10)
 
 
+class _UvicornErrors(logging.Handler):
+    """The ERROR records of ``uvicorn.error`` (exceptions that escaped the application)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def attach(self) -> None:
+        # uvicorn.Config applies uvicorn's logging configuration, which removes this handler again.
+        logger = logging.getLogger("uvicorn.error")
+        if self not in logger.handlers:
+            logger.addHandler(self)
+
+
+UVICORN_ERRORS = _UvicornErrors()
+
+
+@pytest.fixture(autouse=True)
+def no_escaped_exceptions() -> Iterator[None]:
+    """Fail the test if a gateway logged an exception that escaped the application during it."""
+    UVICORN_ERRORS.attach()
+    UVICORN_ERRORS.records.clear()
+    yield
+    escaped = list(UVICORN_ERRORS.records)
+    UVICORN_ERRORS.records.clear()
+    if escaped:
+        pytest.fail(
+            "a gateway logged an error: "
+            + "; ".join(
+                f"{r.getMessage()} ({r.exc_info[0].__name__ if r.exc_info and r.exc_info[0] else '-'})"
+                for r in escaped
+            )
+        )
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -97,6 +140,7 @@ def start_gateway(
             log_level="warning",
         )
     )
+    UVICORN_ERRORS.attach()
     thread = threading.Thread(target=server.run, name=f"gateway-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

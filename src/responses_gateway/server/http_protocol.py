@@ -291,8 +291,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         part = "request headers" if what == "head" else "request body"
         self.logger.info("closing a connection that sent its %s too slowly", part)
         if self.cycle is not None and not self.cycle.response_complete and what == "body":
-            # The app is waiting for this body: it will see a disconnect and send nothing.
+            # The app is waiting for this body: it sees a disconnect, and what it sends is dropped (the
+            # 408 is the response; ``disconnected`` makes uvicorn's ``send`` a no-op, where writing to
+            # the closed transport raised in the app).
             self.cycle.response_complete = True
+            self.cycle.disconnected = True
         self.transport.write(
             error_response(
                 408, f"The {part} did not arrive in time (within {timeout:g} s).", "request_timeout"
