@@ -773,6 +773,9 @@ def test_a_client_that_leaves_before_the_first_token_ends_the_run_cleanly(
         wait_for(lambda: len(upstream.requests) > asked)
     wait_for(lambda: upstream.disconnects > before)  # the upstream request was closed
     wait_for(lambda: "in_progress" not in asyncio.run(_response_column(url, "status")))
+    # The request's task has ended, so whatever escaped it is logged within this test (conftest's guard
+    # fails the test on it: compiled by mypyc, drive once raised the client's CancelledError here).
+    wait_for(lambda: not gw.server.server_state.tasks)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [
         r.getMessage() for r in caplog.records
     ]

@@ -32,10 +32,9 @@ except ImportError:  # pragma: no cover - mypy (and so mypy_extensions) not inst
 
 # Not compiled, and why (docs/performance.md, "The whole per-event chain compiled", "The compiled hot
 # path adopted"): providers/http1.py and providers/http_base.py (async generators, which this mypyc
-# does not implement), server/http_protocol.py (uvicorn's protocol subclass, subclassed again at run
-# time) and server/streaming.py: compiled, its run coroutine (``drive``) ended every stored run whose
-# client left before the first token in a chain of CancelledErrors logged as an ASGI exception (100
-# clients leaving cost the gateway seconds of CPU), which the interpreted coroutine does not.
+# does not implement) and server/http_protocol.py (uvicorn's protocol subclass, subclassed again at run
+# time). A compiled coroutine must not suspend inside an ``except`` block: ``drive`` did, and raised the
+# handled CancelledError again after its handler (server/streaming.py, "Stopped").
 COMPILED_MODULES: tuple[str, ...] = (
     "responses_gateway.protocol.sse",
     "responses_gateway.protocol.builder",
@@ -46,6 +45,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "responses_gateway.protocol.chat_completions",
     "responses_gateway.providers.openai_chat",
     "responses_gateway.providers.openai_responses",
+    "responses_gateway.server.streaming",
 )
 
 

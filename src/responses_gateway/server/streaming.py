@@ -549,6 +549,7 @@ async def drive(
     watch = ClientWatch(sink.receive, recording.stop if recording is not None else None, sink.gone)
     agen: AsyncIterator[None] | None = None
     ended = False
+    stopped = False  # cancelled only to interrupt the provider: see the handler
     error: HTTPError | None = None
 
     async def finish(events: list[JSON]) -> None:
@@ -563,63 +564,69 @@ async def drive(
 
     try:
         try:
-            agen = provider.stream(request, builder)
-            async for _ in agen:
-                events = take()
-                if not events or ended:
-                    continue
-                record(events, None)
-                if builder.finished:
-                    await finish(events)
-                else:
-                    await deliver(events)
-        except ProviderError as exc:
-            if not ended and sink.refusable:
-                if sink.fails_refused:
-                    _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
-                raise HTTPError.from_provider_error(exc) from None
-            log.warning("provider %s failed mid-stream: %s", name, exc.code)
-            error = HTTPError.from_provider_error(exc)
-            _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
-        except (asyncio.CancelledError, HTTPError):
-            raise
-        except Exception:
-            if not ended and sink.refusable:
-                if sink.fails_refused:
-                    _fail(builder, "server_error", GENERIC_FAILURE)
-                raise _internal(provider) from None
-            log.exception("provider %s raised mid-stream", name)
-            error = _server_error(GENERIC_FAILURE)
-            _fail(builder, "server_error", GENERIC_FAILURE)
-        else:
-            if not builder.finished:
-                log.error("provider %s returned without finishing the response", name)
-                error = _server_error(UNFINISHED)
-                _fail(builder, "server_error", UNFINISHED)
-        if not ended:
-            events = take()
-            record(events, None)
-            await finish(events)
-        await sink.done(error)
-    except asyncio.CancelledError:
-        reason = watch.reason
-        if reason is None:
-            if not sink.detached:
+            try:
+                agen = provider.stream(request, builder)
+                async for _ in agen:
+                    events = take()
+                    if not events or ended:
+                        continue
+                    record(events, None)
+                    if builder.finished:
+                        await finish(events)
+                    else:
+                        await deliver(events)
+            except ProviderError as exc:
+                if not ended and sink.refusable:
+                    if sink.fails_refused:
+                        _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
+                    raise HTTPError.from_provider_error(exc) from None
+                log.warning("provider %s failed mid-stream: %s", name, exc.code)
+                error = HTTPError.from_provider_error(exc)
+                _fail(builder, exc.code or "server_error", provider_message(exc), exc.param)
+            except (asyncio.CancelledError, HTTPError):
                 raise
-            reason = "shutdown"
-        # This task was cancelled only to interrupt the provider (client gone, the stored response
-        # cancelled or deleted, or a detached run shut down). Swallow it.
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        sink.quiet()
-        if agen is not None:
-            await _close(agen)
-            agen = None
-        why = "client disconnected" if watch.gone else f"response stopped ({reason})"
-        log.info("%s; stopped %s", why, name)
-        tail = await stop_run(builder, recording, reason)
-        await sink.stopped(tail, watch.gone)
+            except Exception:
+                if not ended and sink.refusable:
+                    if sink.fails_refused:
+                        _fail(builder, "server_error", GENERIC_FAILURE)
+                    raise _internal(provider) from None
+                log.exception("provider %s raised mid-stream", name)
+                error = _server_error(GENERIC_FAILURE)
+                _fail(builder, "server_error", GENERIC_FAILURE)
+            else:
+                if not builder.finished:
+                    log.error("provider %s returned without finishing the response", name)
+                    error = _server_error(UNFINISHED)
+                    _fail(builder, "server_error", UNFINISHED)
+            if not ended:
+                events = take()
+                record(events, None)
+                await finish(events)
+            await sink.done(error)
+        except asyncio.CancelledError:
+            if watch.reason is None and not sink.detached:
+                raise
+            # This task was cancelled only to interrupt the provider (client gone, the stored response
+            # cancelled or deleted, or a detached run shut down). Swallow it.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            stopped = True
+        if stopped:
+            # Ended here, after the handler: compiled by mypyc, a coroutine that awaited inside an
+            # ``except`` block and suspended there raised the handled exception again after it
+            # (docs/performance.md, "The compiled hot path adopted"). And no ``return`` in the ``try``:
+            # compiled, one there followed by the ``finally``'s await raised "TypeError: None object
+            # expected; got async_generator" (WebSocket turns).
+            reason = watch.reason or "shutdown"
+            sink.quiet()
+            if agen is not None:
+                await _close(agen)
+                agen = None
+            why = "client disconnected" if watch.gone else f"response stopped ({reason})"
+            log.info("%s; stopped %s", why, name)
+            tail = await stop_run(builder, recording, reason)
+            await sink.stopped(tail, watch.gone)
     finally:
         sink.close()
         watch.close()
