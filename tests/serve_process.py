@@ -90,12 +90,17 @@ def serve(tmp: Path, *args: str) -> Served:
 
 
 def stop(served: Served) -> None:
+    """Stop the process; fail if it logged an exception that escaped the application (as conftest's
+    guard does for the in-process gateways)."""
     served.proc.terminate()
     try:
         served.proc.wait(10)
     except subprocess.TimeoutExpired:
         served.proc.kill()
         served.proc.wait(5)
+    log = served.log.read_text(errors="replace")
+    if "Exception in ASGI application" in log:
+        raise AssertionError(f"serve logged an exception that escaped the application:\n{log[-4000:]}")
 
 
 @contextmanager
