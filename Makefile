@@ -54,7 +54,7 @@ test: $(STAMP) $(COMPILED_STAMP)
 	RG_TEST_BUILD=compiled PYTHONPATH="$(COMPILED_PATH)" $(BIN)/python -m pytest
 
 # The gateway-overhead benchmark (issue 5): mock upstream, bare relay, the gateway, LiteLLM, side by side.
-bench: $(STAMP)
+bench: $(STAMP) $(COMPILED_STAMP)
 	scripts/bench-deps.sh
 	$(BIN)/python bench/protocol.py
 	$(BIN)/python bench/compiled.py

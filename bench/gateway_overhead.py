@@ -10,6 +10,9 @@ Contenders, run in one session, alternating, against one loopback mock (``mock_u
   pinned like ``gateway-chat``: what storing adds, side by side;
 - ``gateway-chat-workers``: ``gateway-chat`` as ``serve --workers N`` (``--gateway-workers``, default 2),
   not pinned: its workers may use every core, the one the load generator and the mock run on included;
+- ``compiled-chat`` / ``compiled-responses``: ``gateway-chat`` / ``gateway-responses`` with the hot
+  path compiled by mypyc (``--compiled-src``, default ``build/compiled``: the build ``make run`` serves),
+  side by side with the interpreted source the ``gateway-*`` contenders run;
 - ``baseline-chat`` / ``baseline-responses``: ``gateway-chat`` / ``gateway-responses`` run from another
   source tree (``--baseline-src DIR``, e.g. ``git archive main src | tar -x -C DIR``): a before/after A/B
   of a code change in one alternating session;
@@ -276,6 +279,52 @@ def gateway_config(
     path.write_text("local: false\n" + upstream + "models:\n" + "".join(rows))
 
 
+def source_tree(tree: str | None) -> Path:
+    """The ``src`` directory of ``--baseline-src``'s tree, checked."""
+    if not tree:
+        raise SystemExit("the baseline contenders need --baseline-src DIR")
+    src = Path(tree).resolve() / "src"
+    if not (src / "responses_gateway").is_dir():
+        raise SystemExit(f"--baseline-src: no responses_gateway package under {src}")
+    return src
+
+
+COMPILED_PROBE = (
+    "from responses_gateway.protocol.native import COMPILED_MODULES, compiled_modules;"
+    "print(len(compiled_modules()), len(COMPILED_MODULES))"
+)
+
+
+def compiled_build(tree: Path) -> dict[str, Any]:
+    """Whether ``tree`` (``make``'s ``build/compiled``) is a compiled hot path the ``compiled-*``
+    contenders can run: built (its stamp), every module of ``COMPILED_MODULES`` imported compiled, and
+    not older than this checkout's sources. ``reason`` says why not, else None."""
+    out: dict[str, Any] = {"reason": None, "modules": None, "stale": None}
+    src = tree.resolve() / "src"
+    stamp = tree / ".built"
+    if not stamp.is_file() or not (src / "responses_gateway").is_dir():
+        out["reason"] = f"no compiled build in {tree}: `make bench` builds it (scripts/compile_hot_path.py)"
+        return out
+    probe = subprocess.run(
+        [PY, "-c", COMPILED_PROBE],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        cwd=tree,
+        timeout=60,
+    )
+    got, _, want = probe.stdout.strip().partition(" ")
+    out["modules"] = f"{got} of {want}" if probe.returncode == 0 else None
+    if probe.returncode != 0 or got != want:
+        out["reason"] = f"{tree} does not import compiled: {probe.stdout.strip() or probe.stderr[-300:]}"
+        return out
+    newest = max(f.stat().st_mtime for f in (ROOT / "src" / "responses_gateway").rglob("*.py"))
+    out["stale"] = newest > stamp.stat().st_mtime
+    if out["stale"]:
+        log(f"warning: {tree} is older than src/ (a source changed since it was built)")
+    return out
+
+
 def litellm_config(path: Path, mock: int, master_key: str) -> None:
     base = f"http://127.0.0.1:{mock}/v1"
     rows = []
@@ -427,8 +476,8 @@ def main() -> int:
     )
     p.add_argument(
         "--contenders",
-        default="direct-chat,direct-responses,relay,gateway-chat,gateway-responses,gateway-chat-workers,"
-        "litellm,litellm-responses",
+        default="direct-chat,direct-responses,relay,gateway-chat,gateway-responses,compiled-chat,"
+        "compiled-responses,gateway-chat-workers,litellm,litellm-responses",
     )
     p.add_argument(
         "--store-contender-url",
@@ -470,6 +519,13 @@ def main() -> int:
         "PYTHONPATH=DIR/src "
         "(another checkout's code) for a before/after comparison in the same run",
     )
+    p.add_argument(
+        "--compiled-src",
+        default=str(ROOT / "build" / "compiled"),
+        metavar="DIR",
+        help="the compiled hot path the compiled-chat/compiled-responses contenders run (default "
+        "build/compiled, what `make run` serves; `make bench` builds it); unavailable if not built",
+    )
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-install", action="store_true", help="never pip install (LiteLLM, matplotlib)")
     p.add_argument("--no-plot", action="store_true")
@@ -509,6 +565,7 @@ def main() -> int:
 
         chat = ("/v1/chat/completions", "chat")
         resp = ("/v1/responses", "responses")
+        unavailable: dict[str, str] = {}  # server name -> why it is not started
         plan: dict[str, dict[str, Any]] = {
             "direct-chat": {
                 "port": mock_port,
@@ -535,16 +592,41 @@ def main() -> int:
                 "baseline": "direct-chat",
                 "server": relay,
             }
-        gw_wanted = [n for n in ("gateway-chat", "gateway-responses") if n in wanted]
-        if gw_wanted:
+
+        def gateway(
+            server_name: str,
+            *,
+            src: Path | None = None,
+            workers: int = 1,
+            cpus: set[int] | None = proxy_cpus,
+            store: str = a.gateway_store,
+        ) -> tuple[Server, int]:
+            """``responses-gateway serve`` on the bench's models file, from ``src`` (a tree holding the
+            ``responses_gateway`` package: another checkout, or the compiled build) or this one."""
             port = free_port()
-            cfg = tmp / "gateway.yaml"
+            cfg = tmp / f"{server_name}.yaml"
             gateway_config(
                 cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
             )
             exe = Path(PY).parent / "responses-gateway"
             argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
-            argv += ["--no-local", "--log-level", "warning", "--workers", "1"]
+            argv += ["--no-local", "--log-level", "warning", "--workers", str(workers)]
+            env = {
+                "RG_BENCH_UPSTREAM_KEY": "sk-bench",
+                # Anything the gateway persists stays in the run's temporary directory.
+                "RG_DATA_DIR": str(tmp / f"{server_name}-data"),
+                "RG_STORE_URL": store,
+            }
+            if src is not None:
+                env["PYTHONPATH"] = str(src)
+            return Server(server_name, argv, f"http://127.0.0.1:{port}/health", cpus, tmp, env=env), port
+
+        def side(name: str, chat: str) -> tuple[str, str]:
+            """The model and the direct run a gateway contender is measured against."""
+            return ("bench", "direct-chat") if name == chat else ("bench-resp", "direct-responses")
+
+        gw_wanted = [n for n in ("gateway-chat", "gateway-responses") if n in wanted]
+        if gw_wanted:
             results["gateway_launcher"] = "responses-gateway serve --config"
             if a.gateway_store != "none":
                 results["gateway_launcher"] += f" (store {a.gateway_store})"
@@ -555,103 +637,41 @@ def main() -> int:
                     f" (what-if: upstream pool_limit {a.gateway_pool_limit}, as --gateway-pool-limit asked)"
                 )
             log(f"gateway launcher: {results['gateway_launcher']}")
-            gw = Server(
-                "gateway",
-                argv,
-                f"http://127.0.0.1:{port}/health",
-                proxy_cpus,
-                tmp,
-                # Anything the gateway persists stays in the run's temporary directory.
-                env={
-                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
-                    "RG_DATA_DIR": str(tmp / "gateway-data"),
-                    "RG_STORE_URL": a.gateway_store,
-                },
-            )
+            gw, port = gateway("gateway")
             for n in gw_wanted:
-                model = "bench" if n == "gateway-chat" else "bench-resp"
-                plan[n] = {
-                    "port": port,
-                    "route": resp,
-                    "model": model,
-                    "baseline": "direct-chat" if n == "gateway-chat" else "direct-responses",
-                    "server": gw,
-                }
+                model, direct = side(n, "gateway-chat")
+                plan[n] = {"port": port, "route": resp, "model": model, "baseline": direct, "server": gw}
+        compiled_wanted = [n for n in ("compiled-chat", "compiled-responses") if n in wanted]
+        if compiled_wanted:
+            built = compiled_build(Path(a.compiled_src))
+            results["compiled_src"] = str(Path(a.compiled_src).resolve())
+            results["compiled_build"] = built
+            gwc, port = gateway("gateway-compiled", src=Path(a.compiled_src).resolve() / "src")
+            if built["reason"]:
+                unavailable[gwc.name] = built["reason"]
+            for n in compiled_wanted:
+                model, direct = side(n, "compiled-chat")
+                plan[n] = {"port": port, "route": resp, "model": model, "baseline": direct, "server": gwc}
         base_wanted = [n for n in ("baseline-chat", "baseline-responses") if n in wanted]
         if base_wanted:
-            if not a.baseline_src:
-                raise SystemExit("the baseline contenders need --baseline-src DIR")
-            src = Path(a.baseline_src).resolve() / "src"
-            if not (src / "responses_gateway").is_dir():
-                raise SystemExit(f"--baseline-src: no responses_gateway package under {src}")
-            port = free_port()
-            cfg = tmp / "gateway-baseline.yaml"
-            gateway_config(
-                cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
-            )
-            exe = Path(PY).parent / "responses-gateway"
-            argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
-            argv += ["--no-local", "--log-level", "warning", "--workers", "1"]
+            src = source_tree(a.baseline_src)
             results["baseline_src"] = str(src)
-            gwb = Server(
-                "gateway-baseline",
-                argv,
-                f"http://127.0.0.1:{port}/health",
-                proxy_cpus,
-                tmp,
-                env={
-                    "PYTHONPATH": str(src),
-                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
-                    "RG_DATA_DIR": str(tmp / "gateway-baseline-data"),
-                    "RG_STORE_URL": a.gateway_store,
-                },
-            )
+            gwb, port = gateway("gateway-baseline", src=src)
             for n in base_wanted:
-                chat_side = n == "baseline-chat"
-                plan[n] = {
-                    "port": port,
-                    "route": resp,
-                    "model": "bench" if chat_side else "bench-resp",
-                    "baseline": "direct-chat" if chat_side else "direct-responses",
-                    "server": gwb,
-                }
+                model, direct = side(n, "baseline-chat")
+                plan[n] = {"port": port, "route": resp, "model": model, "baseline": direct, "server": gwb}
         # The default SQLite store on: this tree's code, and (baseline-chat-store) --baseline-src's.
         for store_name, store_src in (("gateway-chat-store", None), ("baseline-chat-store", a.baseline_src)):
             if store_name not in wanted:
                 continue
-            env = {}
+            src = None
             if store_name == "baseline-chat-store":
-                if not store_src:
-                    raise SystemExit("the baseline contenders need --baseline-src DIR")
-                src = Path(store_src).resolve() / "src"
-                if not (src / "responses_gateway").is_dir():
-                    raise SystemExit(f"--baseline-src: no responses_gateway package under {src}")
+                src = source_tree(store_src)
                 results["baseline_src"] = str(src)
-                env["PYTHONPATH"] = str(src)
-            port = free_port()
-            cfg = tmp / f"{store_name}.yaml"
-            gateway_config(
-                cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
-            )
-            exe = Path(PY).parent / "responses-gateway"
-            argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
-            argv += ["--no-local", "--log-level", "warning", "--workers", "1"]
-            data = tmp / f"{store_name}-data"
             # Each its own file (an explicit --store-contender-url is for this tree's contender only).
-            url = (store_src is None and a.store_contender_url) or f"sqlite://{data / 'gw.db'}"
-            gws = Server(
-                store_name,
-                argv,
-                f"http://127.0.0.1:{port}/health",
-                proxy_cpus,
-                tmp,
-                env={
-                    **env,
-                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
-                    "RG_DATA_DIR": str(data),
-                    "RG_STORE_URL": url,
-                },
-            )
+            db = tmp / f"{store_name}-data" / "gw.db"
+            url = (store_src is None and a.store_contender_url) or f"sqlite://{db}"
+            gws, port = gateway(store_name, src=src, store=url)
             plan[store_name] = {
                 "port": port,
                 "route": resp,
@@ -660,26 +680,8 @@ def main() -> int:
                 "server": gws,
             }
         if "gateway-chat-workers" in wanted:
-            port = free_port()
-            cfg = tmp / "gateway-workers.yaml"
-            gateway_config(
-                cfg, mock_port, a.gateway_pool_limit, check_upstream=not a.gateway_no_upstream_check
-            )
-            exe = Path(PY).parent / "responses-gateway"
-            argv = [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)]
-            argv += ["--no-local", "--log-level", "warning", "--workers", str(a.gateway_workers)]
-            gww = Server(
-                "gateway-workers",
-                argv,
-                f"http://127.0.0.1:{port}/health",
-                None,  # every core: the workers' point
-                tmp,
-                env={
-                    "RG_BENCH_UPSTREAM_KEY": "sk-bench",
-                    "RG_DATA_DIR": str(tmp / "gateway-workers-data"),
-                    "RG_STORE_URL": a.gateway_store,
-                },
-            )
+            # Every core (cpus None): the workers' point.
+            gww, port = gateway("gateway-workers", workers=a.gateway_workers, cpus=None)
             plan["gateway-chat-workers"] = {
                 "port": port,
                 "route": resp,
@@ -734,6 +736,8 @@ def main() -> int:
             if srv.name not in started:
                 if srv.name == "litellm" and ll_reason:
                     started[srv.name] = ll_reason
+                elif srv.name in unavailable:
+                    started[srv.name] = unavailable[srv.name]
                 else:
                     if srv is not mock:
                         log(f"starting {srv.name}…")
@@ -772,7 +776,7 @@ def main() -> int:
         # Idle RSS first, while each proxy is near its start-up footprint: freed memory from a load run
         # stays in the allocator and would hide the cost of the idle streams.
         for name in active:
-            skip = ("litellm-responses", "gateway-responses", "gateway-chat-workers")
+            skip = ("litellm-responses", "gateway-responses", "compiled-responses", "gateway-chat-workers")
             if name.startswith("direct-") or name in skip:
                 continue
             srv = plan[name]["server"]

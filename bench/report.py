@@ -108,6 +108,14 @@ def table(results: dict[str, Any]) -> str:
     lines.append("Conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
     if results.get("gateway_launcher"):
         lines.append(f"Gateway launched by: {results['gateway_launcher']}")
+    built = results.get("compiled_build")
+    if built:
+        stale = " (OLDER than src/: rebuild it)" if built.get("stale") else ""
+        where = f"Compiled hot path (compiled-*): {results.get('compiled_src')}"
+        if built.get("reason"):
+            lines.append(f"{where}: unavailable")
+        else:
+            lines.append(f"{where}, {built.get('modules')} modules compiled{stale}")
     mock = results.get("mock", {})
     lines.append(
         "Mock: "
@@ -195,8 +203,14 @@ def headline_and_targets(results: dict[str, Any]) -> None:
     concs = sorted({int(c) for info in con.values() for c in info.get("runs", {})})
     head: list[str] = []
     targets: list[dict[str, Any]] = []
-    gateways = [n for n in ("gateway-chat", "gateway-responses") if con.get(n, {}).get("available")]
-    lite = {"gateway-chat": "litellm", "gateway-responses": "litellm-responses"}
+    names = ("gateway-chat", "gateway-responses", "compiled-chat", "compiled-responses")
+    gateways = [n for n in names if con.get(n, {}).get("available")]
+    lite = {
+        "gateway-chat": "litellm",
+        "gateway-responses": "litellm-responses",
+        "compiled-chat": "litellm",
+        "compiled-responses": "litellm-responses",
+    }
     floor = 0.05  # ms; below this an added latency is clock noise, so ratios use it as the denominator floor
     for gw in gateways:
         for c in concs:
@@ -266,6 +280,18 @@ def headline_and_targets(results: dict[str, Any]) -> None:
         idle = con[gw].get("idle") or {}
         kb = idle.get("kb_per_stream")
         target(f"{gw}: <= 50 KB RSS per idle stream: {_f(kb, 1)} KB", None if kb is None else kb <= 50)
+    # The hot path compiled against the same source interpreted: CPU per relayed event, side by side.
+    for pure, built in (("gateway-chat", "compiled-chat"), ("gateway-responses", "compiled-responses")):
+        if pure not in gateways or built not in gateways:
+            continue
+        for c in concs:
+            p, b = con[pure]["runs"].get(str(c)), con[built]["runs"].get(str(c))
+            if p and b and p.get("cpu_s_per_1k_events") and b.get("cpu_s_per_1k_events"):
+                change = b["cpu_s_per_1k_events"] / p["cpu_s_per_1k_events"] - 1
+                head.append(
+                    f"{built} @ {c}: CPU s per 1k events {b['cpu_s_per_1k_events']:.4f} against "
+                    f"{pure}'s {p['cpu_s_per_1k_events']:.4f} ({change:+.0%})"
+                )
     one, many = con.get("gateway-chat", {}), con.get("gateway-chat-workers", {})
     if one.get("available") and many.get("available"):
         for c in concs:

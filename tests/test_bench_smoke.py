@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from responses_gateway.protocol.native import COMPILED_MODULES
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,7 +24,7 @@ def test_gateway_overhead_smoke(tmp_path: Path) -> None:
             str(ROOT / "bench" / "gateway_overhead.py"),
             "--contenders",
             "direct-chat,direct-responses,relay,gateway-chat,gateway-responses,gateway-chat-workers,"
-            "gateway-chat-store",
+            "gateway-chat-store,compiled-chat,compiled-responses",
             "--concurrency",
             "1,2",
             "--deltas",
@@ -53,6 +55,15 @@ def test_gateway_overhead_smoke(tmp_path: Path) -> None:
     names = ("direct-chat", "direct-responses", "relay", "gateway-chat", "gateway-responses")
     for name in (*names, "gateway-chat-workers", "gateway-chat-store"):
         assert contenders[name]["available"], contenders[name]
+    # `make test` builds the compiled hot path first; the compiled contenders run it, or say why not.
+    if (ROOT / "build" / "compiled" / ".built").is_file():
+        for name in ("compiled-chat", "compiled-responses"):
+            assert contenders[name]["available"], contenders[name]
+        assert result["compiled_build"]["reason"] is None
+        assert result["compiled_build"]["modules"] == f"{len(COMPILED_MODULES)} of {len(COMPILED_MODULES)}"
+        assert "compiled-chat @ 2: CPU s per 1k events" in "\n".join(result["headline"])
+    else:
+        assert "make bench" in contenders["compiled-chat"]["reason"]
     assert result["gateway_launcher"] == "responses-gateway serve --config"
     for name, info in contenders.items():
         if not info["available"]:
