@@ -643,10 +643,11 @@ def main() -> int:
                 plan[n] = {"port": port, "route": resp, "model": model, "baseline": direct, "server": gw}
         compiled_wanted = [n for n in ("compiled-chat", "compiled-responses") if n in wanted]
         if compiled_wanted:
-            built = compiled_build(Path(a.compiled_src))
-            results["compiled_src"] = str(Path(a.compiled_src).resolve())
+            compiled = Path(a.compiled_src).resolve()
+            built = compiled_build(compiled)
+            results["compiled_src"] = str(compiled)
             results["compiled_build"] = built
-            gwc, port = gateway("gateway-compiled", src=Path(a.compiled_src).resolve() / "src")
+            gwc, port = gateway("gateway-compiled", src=compiled / "src")
             if built["reason"]:
                 unavailable[gwc.name] = built["reason"]
             for n in compiled_wanted:
