@@ -171,6 +171,9 @@ models:
         env = _env(tmp)
         env["RG_TEST_ANTHROPIC_KEY"] = ANTHROPIC_KEY
         env["RG_TEST_CHAT_KEY"] = CHAT_KEY
+        # Every process of the server logs each module it imports ("import time: ...", on stderr):
+        # test_a_gateway_loads_no_client_it_does_not_use reads them.
+        env["PYTHONPROFILEIMPORTTIME"] = "1"
         served = _spawn(config, tmp, env, "--no-local", "--log-level", "debug")
         state = Setup(served, anthropic, chat, primary, [])
         try:
@@ -438,3 +441,22 @@ def test_a_script_cannot_shadow_a_configured_model(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "the model name 'demo' is already served" in proc.stderr
+
+
+def test_a_gateway_loads_no_client_it_does_not_use(setup: Setup) -> None:
+    """On the default SQLite store, without Redis or proxies, no process of the server imports the
+    PostgreSQL driver, the Redis client or aiohttp (the proxy-aware client): ~27 MB per process
+    (docs/performance.md, "What a process holds at start"). The streams, fallbacks and refused
+    connection of the tests above ran through it; one more stream here in case this test runs alone."""
+    setup.chat.enqueue(fixture_reply(CHAT_PLAIN, split=True, seed=11))
+    _events, text = _sdk_stream(setup, "qwen")
+    assert text == _chat_text()
+    imported = {
+        line.split("|")[-1].strip()
+        for line in setup.served.log().splitlines()
+        if line.startswith("import time:")
+    }
+    assert "responses_gateway.server.app" in imported  # the import log was captured
+    assert "responses_gateway.providers.transport" in imported
+    loaded = {name.split(".")[0] for name in imported} & {"asyncpg", "redis", "aiohttp"}
+    assert not loaded, f"loaded without being used: {sorted(loaded)}"

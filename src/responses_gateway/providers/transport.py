@@ -12,19 +12,19 @@ never put into reprs, exception messages or logs, and URLs are shown without the
 (Gemini accepts ``?key=`` there).
 
 The client is :mod:`.http1`, a lean HTTP/1.1 client built for relaying streams (see its docstring
-for why); with ``trust_env=True`` (honour ``HTTP(S)_PROXY``) it is aiohttp, which speaks to proxies.
+for why); with ``trust_env=True`` (honour ``HTTP(S)_PROXY``) it is aiohttp, which speaks to proxies
+(:mod:`.proxied`, imported only then).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import aiohttp
 import orjson
 
 from ..protocol.sse import SSEDecoder
@@ -32,6 +32,9 @@ from . import http1
 from .base import ProviderError
 from .http1 import StopPumping
 from .upstream_errors import redact_url, transport_error
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = [
     "StopPumping",
@@ -54,19 +57,6 @@ class Timeouts:
     connect: float | None = 10.0
     read: float | None = 300.0
     total: float | None = None
-
-    def client_timeout(self, pool_timeout: float | None = None) -> aiohttp.ClientTimeout:
-        """The aiohttp equivalent.
-
-        ``connect`` bounds the socket connect only (aiohttp's ``sock_connect``): aiohttp's own
-        ``connect`` also counts the wait for a free pooled connection, and charging that wait to the
-        connect timeout turned a busy pool into 504s. The pool wait is bounded by ``pool_timeout``
-        (plus the connect itself) or, when it is None, not at all.
-        """
-        pooled = None if pool_timeout is None else pool_timeout + (self.connect or 0.0)
-        return aiohttp.ClientTimeout(
-            total=self.total, connect=pooled, sock_connect=self.connect, sock_read=self.read
-        )
 
 
 class UpstreamResponse(Protocol):
@@ -100,78 +90,6 @@ class UpstreamResponse(Protocol):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
-
-
-class AiohttpResponse:
-    """An aiohttp response behind the :class:`UpstreamResponse` interface (the proxy-aware path)."""
-
-    __slots__ = ("_done", "_resp", "_timeouts", "_url", "headers", "status")
-
-    def __init__(self, resp: aiohttp.ClientResponse, url: str, timeouts: Timeouts) -> None:
-        self._resp = resp
-        self._url = url
-        self._timeouts = timeouts
-        self._done = False
-        self.status: int = resp.status
-        self.headers: Mapping[str, str] = resp.headers
-
-    def __repr__(self) -> str:
-        return f"<AiohttpResponse {self.status} {redact_url(self._url)}>"
-
-    async def iter_chunks(self) -> AsyncGenerator[bytes, None]:
-        """Yield body bytes as they arrive (any sizes, split anywhere), then release the connection."""
-        try:
-            async for chunk in self._resp.content.iter_any():
-                if chunk:
-                    yield chunk
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            await self.aclose()
-            raise transport_error(exc, self._url, self._timeouts.read, reading=True) from None
-        self._done = True
-        await self.aclose()
-
-    async def pump(self, on_chunk: Callable[[bytes], Awaitable[None] | None]) -> None:
-        """As :meth:`UpstreamResponse.pump`, from this task (aiohttp has no callback for its body)."""
-        if not await http1.pump_iterated(self.iter_chunks(), on_chunk):
-            await self.aclose()
-
-    async def read(self, limit: int | None = None) -> bytes:
-        """The whole body (at most ``limit`` bytes of it: see ``http1.Response.read``)."""
-        try:
-            if limit is None:
-                body = await self._resp.read()
-                self._done = True
-            else:
-                body = await self._resp.content.read(limit)
-                self._done = self._resp.content.at_eof()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            await self.aclose()
-            raise transport_error(exc, self._url, self._timeouts.read, reading=True) from None
-        await self.aclose()
-        return body
-
-    async def json(self) -> Any:
-        """The whole body parsed as JSON (``None`` if it is not JSON)."""
-        return http1.json_or_none(await self.read())
-
-    async def aclose(self) -> None:
-        """Release the connection: back to the pool if the body was consumed, else abort the socket.
-
-        Aborting is what makes the upstream stop generating (and billing) when our client went away.
-        """
-        if self._done:
-            self._resp.release()
-        else:
-            self._resp.close()
-        self._done = True
-
-    async def __aenter__(self) -> AiohttpResponse:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 # The lean client's default request headers, by lower-case name (a provider's own replace them).
@@ -265,28 +183,6 @@ class Transport:
         """Connections open in the pool and not carrying a request (0 with the aiohttp client)."""
         return self._http1.idle_connections() if self._http1 is not None else 0
 
-    def _client(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        session = self._session
-        # A session is bound to the loop it was made in; a new loop (tests, a restarted server) gets
-        # its own. The old one cannot be closed from here and is dropped with its loop.
-        if session is None or session.closed or self._loop is not loop:
-            connector = aiohttp.TCPConnector(
-                limit=self._limit,
-                limit_per_host=self._limit_per_host,
-                keepalive_timeout=self._keepalive,
-                ttl_dns_cache=300,
-            )
-            session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self.timeouts.client_timeout(self._pool_timeout),
-                trust_env=self._trust_env,
-                skip_auto_headers=("User-Agent",),
-            )
-            self._session = session
-            self._loop = loop
-        return session
-
     async def post(
         self,
         url: str,
@@ -299,20 +195,23 @@ class Transport:
         limits = timeouts or self.timeouts
         if not self._trust_env:
             return await self._post_lean(url, headers, json_body, limits)
-        session = self._client()
-        sent = {"Content-Type": "application/json", "User-Agent": "responses-gateway"}
-        sent.update(headers)
-        try:
-            resp = await session.post(
-                url,
-                data=orjson.dumps(json_body),
-                headers=sent,
-                timeout=limits.client_timeout(self._pool_timeout),
-                allow_redirects=False,
+        # Imported here: a gateway without proxies does not load aiohttp (~10 MB per process).
+        from . import proxied
+
+        loop = asyncio.get_running_loop()
+        session = self._session
+        # A session is bound to the loop it was made in; a new loop (tests, a restarted server) gets
+        # its own. The old one cannot be closed from here and is dropped with its loop.
+        if session is None or session.closed or self._loop is not loop:
+            session = self._session = proxied.session(
+                limits=self.timeouts,
+                limit=self._limit,
+                limit_per_host=self._limit_per_host,
+                keepalive=self._keepalive,
+                pool_timeout=self._pool_timeout,
             )
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise transport_error(exc, url, limits.connect, reading=False) from None
-        return AiohttpResponse(resp, url, limits)
+            self._loop = loop
+        return await proxied.post(session, url, headers, json_body, limits, self._pool_timeout)
 
     async def _post_lean(
         self, url: str, headers: Mapping[str, str], json_body: Any, limits: Timeouts

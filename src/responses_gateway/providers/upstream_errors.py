@@ -50,7 +50,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
 from .base import ProviderError
@@ -361,7 +360,9 @@ def from_error_payload(payload: Any, *, secrets: Iterable[str] = ()) -> Provider
 def transport_error(exc: BaseException, url: str, timeout: float | None, *, reading: bool) -> ProviderError:
     """502 for a failed connection, 504 for a timeout; the message names the host, never the query."""
     where = redact_url(url)
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+    # (aiohttp's ServerTimeoutError is a TimeoutError; this module does not import aiohttp, which only
+    # the proxy-aware client loads.)
+    if isinstance(exc, asyncio.TimeoutError):
         what = "sent nothing" if reading else "did not accept the connection"
         limit = f" for {timeout:g}s" if timeout is not None else ""
         return ProviderError(f"Upstream {where} {what}{limit} (timeout).", status=504, code="server_error")
@@ -369,8 +370,9 @@ def transport_error(exc: BaseException, url: str, timeout: float | None, *, read
         reason = f"sent a malformed HTTP response ({exc})"
     elif reading:
         reason = "closed the connection mid-response"
-    elif isinstance(exc, aiohttp.ClientConnectorError):
-        reason = f"could not be reached ({type(exc.os_error).__name__}: {exc.os_error.strerror or exc})"
+    elif isinstance(os_error := getattr(exc, "os_error", None), OSError):
+        # aiohttp's ClientConnectorError, which carries the socket's own error.
+        reason = f"could not be reached ({type(os_error).__name__}: {os_error.strerror or exc})"
     elif isinstance(exc, OSError) and exc.strerror:
         reason = f"could not be reached ({type(exc).__name__}: {exc.strerror})"
     else:

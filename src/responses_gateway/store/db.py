@@ -19,11 +19,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
-
-import asyncpg
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import sqlite_vec
+
+if TYPE_CHECKING:
+    import asyncpg
 
 __all__ = ["Database", "PostgresDatabase", "Row", "SqliteDatabase", "Tx"]
 
@@ -327,6 +328,9 @@ class PostgresDatabase(Database):
         self._pool: asyncpg.Pool | None = None
 
     async def open(self) -> None:
+        # Imported here: a gateway on the default SQLite store does not load the driver (~3 MB).
+        import asyncpg
+
         self._pool = await asyncpg.create_pool(self.url, min_size=self._min, max_size=self._max)
 
     async def close(self) -> None:

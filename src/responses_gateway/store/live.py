@@ -22,10 +22,12 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import redis.asyncio as aioredis
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 __all__ = ["RETAIN_AFTER_END", "LiveLog", "LocalLiveLog", "RedisLiveLog", "SiblingLiveLog"]
 
@@ -317,6 +319,10 @@ class RedisLiveLog(LiveLog):
         await self.redis.publish(self._cancel_channel, response_id)
 
     async def open(self, on_cancel: CancelHandler) -> None:
+        # Imported here: without Redis the client (and the cryptography and OpenTelemetry modules it
+        # loads, ~14 MB per process) stays out of the gateway.
+        import redis.asyncio as aioredis
+
         self._redis = aioredis.Redis.from_url(self.url)
         await self._redis.ping()
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
