@@ -4,6 +4,9 @@ Contenders, run in one session, alternating, against one loopback mock (``mock_u
 
 - ``direct-chat`` / ``direct-responses``: the load generator straight to the mock (the baselines);
 - ``relay``: a bare TCP byte relay in front of the Chat Completions mock (the floor for any proxy);
+- ``relay-translate``: the same relay writing each text chunk as a Responses delta (``relay.py
+  --translate``: one ``orjson.loads`` and one ``orjson.dumps`` per event in one callback per read, no
+  HTTP parser, builder or checks): the floor for any proxy that translates events in Python;
 - ``gateway-chat``: responses-gateway translating Chat Completions -> Responses;
 - ``gateway-responses``: responses-gateway passing a Responses upstream through;
 - ``gateway-chat-store``: ``gateway-chat`` with the default SQLite store on (``--store-contender-url``),
@@ -224,10 +227,16 @@ def mock_server(
     return Server("mock", argv, f"http://127.0.0.1:{port}/health", cpus, logdir)
 
 
-def relay_server(port: int, mock_port: int, cpus: set[int] | None, logdir: Path) -> Server:
-    """``relay.py`` on ``port`` (not started), relaying to the mock on ``mock_port``."""
+def relay_server(
+    port: int, mock_port: int, cpus: set[int] | None, logdir: Path, translate: bool = False
+) -> Server:
+    """``relay.py`` on ``port`` (not started), relaying to the mock on ``mock_port`` (``--translate``:
+    Chat Completions text chunks written as Responses deltas)."""
     argv = [PY, str(HERE / "relay.py"), "--port", str(port), "--upstream", f"127.0.0.1:{mock_port}"]
-    return Server("relay", argv, f"http://127.0.0.1:{port}/health", cpus, logdir)
+    if translate:
+        argv.append("--translate")
+    name = "relay-translate" if translate else "relay"
+    return Server(name, argv, f"http://127.0.0.1:{port}/health", cpus, logdir)
 
 
 def ensure_venv(venv: Path, packages: list[str], probe: str, install: bool) -> str | None:
@@ -476,7 +485,7 @@ def main() -> int:
     )
     p.add_argument(
         "--contenders",
-        default="direct-chat,direct-responses,relay,gateway-chat,gateway-responses,compiled-chat,"
+        default="direct-chat,direct-responses,relay,relay-translate,gateway-chat,gateway-responses,compiled-chat,"
         "compiled-responses,gateway-chat-workers,litellm,litellm-responses",
     )
     p.add_argument(
@@ -591,6 +600,15 @@ def main() -> int:
                 "model": "bench",
                 "baseline": "direct-chat",
                 "server": relay,
+            }
+        if "relay-translate" in wanted:
+            port = free_port()
+            plan["relay-translate"] = {
+                "port": port,
+                "route": chat,
+                "model": "bench",
+                "baseline": "direct-chat",
+                "server": relay_server(port, mock_port, proxy_cpus, tmp, translate=True),
             }
 
         def gateway(

@@ -280,6 +280,21 @@ def headline_and_targets(results: dict[str, Any]) -> None:
         idle = con[gw].get("idle") or {}
         kb = idle.get("kb_per_stream")
         target(f"{gw}: <= 50 KB RSS per idle stream: {_f(kb, 1)} KB", None if kb is None else kb <= 50)
+    # The floor for translating (relay-translate: the relay plus one JSON parse and one serialization
+    # per event), and how far above it each gateway is.
+    rt = con.get("relay-translate", {})
+    if rt.get("available"):
+        for c in concs:
+            t, r = rt["runs"].get(str(c)), con.get("relay", {}).get("runs", {}).get(str(c))
+            if not (t and r and t.get("cpu_s_per_1k_events") and r.get("cpu_s_per_1k_events")):
+                continue
+            cpu_t = t["cpu_s_per_1k_events"]
+            parts = [f"relay-translate @ {c}: CPU/event {cpu_t / r['cpu_s_per_1k_events']:.2f}x relay"]
+            for gw in gateways:
+                g = con[gw]["runs"].get(str(c))
+                if g and g.get("cpu_s_per_1k_events"):
+                    parts.append(f"{gw} {g['cpu_s_per_1k_events'] / cpu_t:.2f}x it")
+            head.append("  ".join(parts))
     # The hot path compiled against the same source interpreted: CPU per relayed event, side by side.
     for pure, built in (("gateway-chat", "compiled-chat"), ("gateway-responses", "compiled-responses")):
         if pure not in gateways or built not in gateways:

@@ -23,8 +23,8 @@ def test_gateway_overhead_smoke(tmp_path: Path) -> None:
             sys.executable,
             str(ROOT / "bench" / "gateway_overhead.py"),
             "--contenders",
-            "direct-chat,direct-responses,relay,gateway-chat,gateway-responses,gateway-chat-workers,"
-            "gateway-chat-store,compiled-chat,compiled-responses",
+            "direct-chat,direct-responses,relay,relay-translate,gateway-chat,gateway-responses,"
+            "gateway-chat-workers,gateway-chat-store,compiled-chat,compiled-responses",
             "--concurrency",
             "1,2",
             "--deltas",
@@ -52,9 +52,21 @@ def test_gateway_overhead_smoke(tmp_path: Path) -> None:
     assert {"command", "conditions", "mock", "contenders", "targets", "loadgen_check"} <= result.keys()
     assert result["mock"]["deltas"] == 6
     contenders = result["contenders"]
-    names = ("direct-chat", "direct-responses", "relay", "gateway-chat", "gateway-responses")
+    names = (
+        "direct-chat",
+        "direct-responses",
+        "relay",
+        "relay-translate",
+        "gateway-chat",
+        "gateway-responses",
+    )
     for name in (*names, "gateway-chat-workers", "gateway-chat-store"):
         assert contenders[name]["available"], contenders[name]
+    # The floor for translating, and each gateway's distance above it.
+    assert any(
+        line.startswith("relay-translate @ 2: CPU/event") and "gateway-chat " in line
+        for line in result["headline"]
+    ), result["headline"]
     # `make test` builds the compiled hot path first; the compiled contenders run it, or say why not.
     if (ROOT / "build" / "compiled" / ".built").is_file():
         for name in ("compiled-chat", "compiled-responses"):
