@@ -10,6 +10,7 @@ other instance.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from conftest import Gateway, start_gateway
 from responses_gateway.engine.tools.containers import MOVED_NOTE
 from responses_gateway.providers.scripted import ScriptedProvider
 from responses_gateway.sandbox import probe
+from responses_gateway.store.tool_results import ToolResults
 from test_store_services import fresh_pg_database, require
 
 JSON = dict[str, Any]
@@ -181,3 +183,28 @@ def test_file_search_passages_and_citations_reach_the_other_instance(pair: JSON)
     b.responses.create(model="fs", input="Say it again.", previous_response_id=first.id)
     seen = [i for i in pair["searchers"][1].requests[-1].input if i["type"] == "function_call_output"]
     assert seen == told and "Otters hold hands" in seen[0]["output"]
+
+
+def test_a_slow_store_still_has_the_search_results_when_the_response_ends(
+    pair: JSON, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The passages the model read are stored before the response ends, however slow the store's
+    write: a continuation on B sent the moment A answers reads them (they were written in the
+    background, and B found them only if that write happened to win; CI's PostgreSQL run lost)."""
+    a, b = pair["a"], pair["b"]
+    put_result = ToolResults.put_result
+
+    async def slow_put_result(self: ToolResults, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0.5)
+        await put_result(self, *args, **kwargs)
+
+    monkeypatch.setattr(ToolResults, "put_result", slow_put_result)
+    uploaded = a.files.create(file=("slow.txt", b"Otters use stones as tools."), purpose="assistants")
+    store = a.vector_stores.create(name="slow")
+    attached = a.vector_stores.files.create_and_poll(vector_store_id=store.id, file_id=uploaded.id)
+    assert attached.status == "completed", attached.last_error
+    tool: Any = {"type": "file_search", "vector_store_ids": [store.id]}
+    first = a.responses.create(model="fs", input="What do otters do?", tools=[tool])
+    b.responses.create(model="fs", input="Say it again.", previous_response_id=first.id)
+    seen = [i for i in pair["searchers"][1].requests[-1].input if i["type"] == "function_call_output"]
+    assert len(seen) == 1 and "Otters use stones" in seen[0]["output"], seen

@@ -191,8 +191,15 @@ class FileSearch(HostedTool):
         call = {"type": "function_call", "call_id": call_id, "name": FUNCTION_NAME, "arguments": arguments}
         return call, {"type": "function_call_output", "call_id": call_id, "output": text}
 
-    def keep(self, owner: str | None, item_id: str, call_id: str, text: str, hits: list[JSON]) -> None:
-        self.results.keep_soon(owner, item_id, Kept(call_id, text, hits))
+    async def keep(self, owner: str | None, item_id: str, call_id: str, text: str, hits: list[JSON]) -> None:
+        """Keep what the model is told, stored before the call's item closes: a continuation on another
+        instance right after the response (``previous_response_id``) reads it from the store."""
+        await self.results.keep_logged(owner, item_id, Kept(call_id, text, hits))
+
+    def keep_soon(self, owner: str | None, item_id: str, call_id: str, text: str) -> None:
+        """:meth:`keep` for a call that was not run (``skip``, which cannot wait): stored in the
+        background."""
+        self.results.keep_soon(owner, item_id, Kept(call_id, text, []))
 
     def seen(self, owner: str | None, item: JSON) -> list[JSON]:
         """The hits an earlier ``file_search_call`` gave the model (for citations), if known."""
@@ -257,7 +264,7 @@ class _Use(HostedUse):
         return out
 
     def skip(self, call: HostedCall, item: Item, builder: StreamBuilder, why: str) -> None:
-        self.tool.keep(self.owner, item.id, call.call_id, why, [])
+        self.tool.keep_soon(self.owner, item.id, call.call_id, why)
         builder.close_tool_call(item, status="incomplete")
 
     async def run(
@@ -265,7 +272,7 @@ class _Use(HostedUse):
     ) -> AsyncIterator[None]:
         queries = _queries(call.arguments)
         if isinstance(queries, str):  # what was wrong with the call
-            self.tool.keep(self.owner, item.id, call.call_id, queries, [])
+            await self.tool.keep(self.owner, item.id, call.call_id, queries, [])
             builder.close_tool_call(item, status="failed", queries=[])
             yield
             return
@@ -293,14 +300,14 @@ class _Use(HostedUse):
             why = f"Error: the search failed ({exc})."
             if isinstance(exc, LookupError):
                 why = f"Error: vector store '{exc.args[0] if exc.args else ''}' is no longer available."
-            self.tool.keep(self.owner, item.id, call.call_id, why, [])
+            await self.tool.keep(self.owner, item.id, call.call_id, why, [])
             builder.close_tool_call(item, status="failed", results=None)
             yield
             return
         results = sorted(best.values(), key=lambda h: -float(h["score"]))[: self.count]
         results = [_result(hit) for hit in results]
         self.remember(results)
-        self.tool.keep(self.owner, item.id, call.call_id, model_text(queries, results), results)
+        await self.tool.keep(self.owner, item.id, call.call_id, model_text(queries, results), results)
         shown = results if RESULTS_INCLUDE in ctx.include else None
         builder.close_tool_call(item, status="completed", results=shown)
         yield

@@ -231,7 +231,14 @@ class WebSearch(HostedTool):
             )
         return _Use(self, str(size), location, tuple(domains or ()), ctx.owner)
 
-    def keep(self, owner: str | None, item_id: str, text: str) -> None:
+    async def keep(self, owner: str | None, item_id: str, text: str) -> None:
+        """Keep what the model is told, stored before the call's item closes: a continuation on another
+        instance right after the response (``previous_response_id``) reads it from the store."""
+        await self.results.keep_logged(owner, item_id, Kept(item_id, text))
+
+    def keep_soon(self, owner: str | None, item_id: str, text: str) -> None:
+        """:meth:`keep` for a call that was not run (``skip``, which cannot wait): stored in the
+        background."""
         self.results.keep_soon(owner, item_id, Kept(item_id, text))
 
     def history(self, item: JSON, owner: str | None, items: list[JSON]) -> tuple[JSON, JSON] | None:
@@ -284,7 +291,7 @@ class _Use(HostedUse):
         return sorted(out, key=lambda a: int(a["start_index"]))
 
     def skip(self, call: HostedCall, item: Item, builder: StreamBuilder, why: str) -> None:
-        self.tool.keep(self._owner, item.id, why)
+        self.tool.keep_soon(self._owner, item.id, why)
         builder.close_tool_call(item, status="incomplete")
 
     async def run(
@@ -324,7 +331,7 @@ class _Use(HostedUse):
         except (SearchError, NetRefused) as exc:
             text = f"Error: {exc}."
             status = "failed"
-        self.tool.keep(ctx.owner, item.id, text)
+        await self.tool.keep(ctx.owner, item.id, text)
         builder.close_tool_call(item, status=status, action=action)
         yield
 
