@@ -130,11 +130,7 @@ class _Translating(_Side):
             self._write(out[0] if len(out) == 1 else b"".join(out))
 
     def _write(self, data: bytes) -> None:
-        peer = self.peer
-        if peer is not None and peer.transport is not None:
-            peer.transport.write(data)
-        else:
-            self.pending.append(data)
+        super().data_received(data)  # what the plain relay does with what it read
 
 
 _DELTA_PREFIX = b"event: response.output_text.delta\ndata: "
