@@ -591,25 +591,16 @@ def main() -> int:
                 "server": mock,
             },
         }
-        if "relay" in wanted:
-            port = free_port()
-            relay = relay_server(port, mock_port, proxy_cpus, tmp)
-            plan["relay"] = {
-                "port": port,
-                "route": chat,
-                "model": "bench",
-                "baseline": "direct-chat",
-                "server": relay,
-            }
-        if "relay-translate" in wanted:
-            port = free_port()
-            plan["relay-translate"] = {
-                "port": port,
-                "route": chat,
-                "model": "bench",
-                "baseline": "direct-chat",
-                "server": relay_server(port, mock_port, proxy_cpus, tmp, translate=True),
-            }
+        for name in ("relay", "relay-translate"):
+            if name in wanted:
+                port = free_port()
+                plan[name] = {
+                    "port": port,
+                    "route": chat,
+                    "model": "bench",
+                    "baseline": "direct-chat",
+                    "server": relay_server(port, mock_port, proxy_cpus, tmp, translate=name != "relay"),
+                }
 
         def gateway(
             server_name: str,

@@ -65,9 +65,7 @@ class ResultLog:
         """:meth:`keep`, but a failed store write is logged, not raised: the call's result is still
         kept in this process, and the response goes on (as :meth:`keep_soon`, without the race: the
         store has it when this returns)."""
-        self._remember(owner, item_id, kept)
-        if self.catalog is not None:
-            await _logged(self.catalog.put_result(owner, item_id, kept.call_id, kept.text, kept.extra))
+        await _logged(self.keep(owner, item_id, kept))
 
     def keep_soon(self, owner: str | None, item_id: str, kept: Kept) -> None:
         """:meth:`keep` from code that cannot wait: the store is written in the background."""

@@ -183,19 +183,7 @@ class Transport:
         """Connections open in the pool and not carrying a request (0 with the aiohttp client)."""
         return self._http1.idle_connections() if self._http1 is not None else 0
 
-    async def post(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        json_body: Any,
-        *,
-        timeouts: Timeouts | None = None,
-    ) -> UpstreamResponse:
-        """POST ``json_body`` (serialized with orjson) and return once the response headers are in."""
-        limits = timeouts or self.timeouts
-        if not self._trust_env:
-            return await self._post_lean(url, headers, json_body, limits)
-        # Imported here: a gateway without proxies does not load aiohttp (~10 MB per process).
+    def _proxied(self) -> aiohttp.ClientSession:
         from . import proxied
 
         loop = asyncio.get_running_loop()
@@ -211,7 +199,24 @@ class Transport:
                 pool_timeout=self._pool_timeout,
             )
             self._loop = loop
-        return await proxied.post(session, url, headers, json_body, limits, self._pool_timeout)
+        return session
+
+    async def post(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        json_body: Any,
+        *,
+        timeouts: Timeouts | None = None,
+    ) -> UpstreamResponse:
+        """POST ``json_body`` (serialized with orjson) and return once the response headers are in."""
+        limits = timeouts or self.timeouts
+        if not self._trust_env:
+            return await self._post_lean(url, headers, json_body, limits)
+        # Imported here: a gateway without proxies does not load aiohttp (~10 MB per process).
+        from . import proxied
+
+        return await proxied.post(self._proxied(), url, headers, json_body, limits, self._pool_timeout)
 
     async def _post_lean(
         self, url: str, headers: Mapping[str, str], json_body: Any, limits: Timeouts
