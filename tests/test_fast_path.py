@@ -16,12 +16,14 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fixtures_loader import list_fixtures, load_chunks, load_sse
 from responses_gateway.protocol.builder import StreamBuilder
 from responses_gateway.protocol.request import parse_request
 from responses_gateway.protocol.response import new_response
-from responses_gateway.protocol.sse import SSEDecoder
+from responses_gateway.protocol.sse import SSEDecoder, encode_event
 from responses_gateway.providers.base import ProviderError
 from responses_gateway.providers.openai_chat import OpenAIChatProvider
 from responses_gateway.providers.openai_responses import OpenAIResponsesProvider
@@ -49,8 +51,10 @@ def frame(event: str, payload: Any) -> bytes:
 
 def run(
     provider: Any, reads: list[bytes], *, fast: bool
-) -> tuple[list[dict[str, Any]], str | None, int, Any]:
-    """What ``HTTPProvider.stream``'s read callback does with each read, then its ending."""
+) -> tuple[list[dict[str, Any]], str | None, int, Any, int]:
+    """What ``HTTPProvider.stream``'s read callback does with each read, then its ending; and how many
+    reads the fast path took, and how many of those made their event's SSE frame from the read's
+    bytes (``StreamBuilder.frame``, each checked against the serialized event)."""
     counter = itertools.count()
     builder = StreamBuilder(
         new_response("m", response_id="resp_1", created_at=1),
@@ -62,12 +66,18 @@ def run(
     apply_fast: Callable[[bytes, bytes], bool] | None = provider.fast_path(turn) if fast else None
     after: Callable[[], None] | None = provider.after_push(turn)
     decoder = SSEDecoder()
-    taken = 0
+    taken = matched = 0
+    last_frame = builder.frame
     error: str | None = None
     try:
         for raw in reads:
             if apply_fast is not None and (one := decoder.single(raw)) is not None and apply_fast(*one):
                 taken += 1
+                if builder.frame is not last_frame:
+                    last_frame = builder.frame
+                    assert last_frame is not None
+                    assert last_frame[1] == encode_event(last_frame[0])
+                    matched += 1
             else:
                 for msg in decoder.feed(raw):
                     dispatch(turn, msg)
@@ -94,7 +104,7 @@ def run(
         getattr(turn, "usage", None),
         None if checker is None else (checker.violation_count, checker.finish()),
     )
-    return builder.take(), error, taken, state
+    return builder.take(), error, taken, state, matched
 
 
 def _timeless(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -107,12 +117,18 @@ def _timeless(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def both_ways(provider: Any, reads: list[bytes]) -> int:
-    fast_events, fast_error, taken, fast_state = run(provider, reads, fast=True)
-    slow_events, slow_error, _, slow_state = run(provider, reads, fast=False)
+    return both_ways_matched(provider, reads)[0]
+
+
+def both_ways_matched(provider: Any, reads: list[bytes]) -> tuple[int, int]:
+    """The reads run with and without the fast path give the same outcome; how many reads the fast
+    path took, and how many of those it matched without parsing."""
+    fast_events, fast_error, taken, fast_state, matched = run(provider, reads, fast=True)
+    slow_events, slow_error, _, slow_state, _ = run(provider, reads, fast=False)
     assert _timeless(fast_events) == _timeless(slow_events)
     assert fast_state == slow_state
     assert fast_error == slow_error
-    return taken
+    return taken, matched
 
 
 CHAT = list_fixtures("openai-chat__", (".sse", ".chunks.jsonl"))
@@ -153,6 +169,99 @@ def test_the_fast_path_takes_the_plain_text_chunks() -> None:
     # the reason for the Response's end (here: incomplete).
     last = [chunk({"content": "end"}, "length"), b"data: [DONE]\n\n"]
     assert both_ways(chat_provider(), reads[:5] + last) == 3
+
+
+# A Chat Completions chunk as OpenAI writes it: a random ``obfuscation`` string in every chunk.
+_OPENAI_HEAD = {
+    "id": "chatcmpl-CoDWtmOB2DZI2l0bK84UVJEMpo63W",
+    "object": "chat.completion.chunk",
+    "created": 1766084443,
+    "model": "gpt-4o-2024-08-06",
+    "service_tier": "default",
+    "system_fingerprint": "fp_deacdd5f6f",
+}
+
+
+def openai_chunk(
+    delta: dict[str, Any], finish: str | None = None, *, obfuscation: str = "", **head: Any
+) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    payload: dict[str, Any] = {**_OPENAI_HEAD, **head, "choices": [choice], "usage": None}
+    if obfuscation:
+        payload["obfuscation"] = obfuscation
+    return frame("", payload)
+
+
+def openai_stream(texts: list[str], **head: Any) -> list[bytes]:
+    reads = [openai_chunk({"role": "assistant", "content": "", "refusal": None}, obfuscation="x9")]
+    reads += [
+        openai_chunk({"content": t}, obfuscation="k" * (i % 7 + 1), **head) for i, t in enumerate(texts)
+    ]
+    reads += [
+        openai_chunk({}, "stop", obfuscation="Zq"),
+        frame("", {**_OPENAI_HEAD, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}),
+        b"data: [DONE]\n\n",
+    ]
+    return reads
+
+
+# Texts whose JSON string has an escape (a quote, a backslash, a control character): parsed, never
+# matched. Everything else, non-ASCII included, is written as it is.
+_ESCAPED = ('say "hi"', "line\nbreak", "back\\slash", "\ttab", "bell\x07")
+_PLAIN = [" is", " a", " café", " ✓", " 😀", " \u2028", " index", " gpt-4o-2024-08-06", " </s>", " end"]
+
+
+def test_repeated_chunks_are_matched_without_parsing() -> None:
+    # The first text opens the message (the general path); the second is parsed and learnt from; the
+    # plain ones after it are matched, obfuscation strings of every length included; the escaped ones
+    # are parsed, and the ones after them matched again.
+    texts = ["Here", *_PLAIN, *_ESCAPED, *_PLAIN]
+    taken, matched = both_ways_matched(chat_provider(), openai_stream(texts))
+    assert taken == len(texts) - 1
+    assert matched == 2 * len(_PLAIN) - 1
+
+
+def test_a_chunk_shape_that_changes_is_learnt_again() -> None:
+    # ``created`` moves on (a server that stamps each chunk with the clock): after a shape matched 16
+    # chunks, the first chunk of the new one is parsed and learnt from, and the rest match again.
+    first = openai_stream([f"a{i}" for i in range(20)])
+    second = openai_stream([f"b{i}" for i in range(20)], created=1766084444)
+    reads = first[:-3] + second[1:]
+    taken, matched = both_ways_matched(chat_provider(), reads)
+    assert taken == 39
+    assert matched == 37
+    # A shape that changes before it matched 16 chunks is not learnt again: parsed from there on.
+    reads = first[:6] + second[1:]
+    taken, matched = both_ways_matched(chat_provider(), reads)
+    assert (taken, matched) == (24, 3)
+
+
+@pytest.mark.parametrize(
+    "hole",
+    [
+        b"\xff\xfe",  # not UTF-8
+        b"\xed\xa0\x80",  # a surrogate, encoded
+        b"a\x01b",  # a raw control character
+        b"a\x7fb",  # DEL is no control character in JSON
+        b"\\u0041",
+        b'\\"',
+        b'a"}}],"usage":null,"x":"',  # a quote that closes the string early and changes the structure
+        b'a","content":"b',  # a key given twice
+        b"",
+    ],
+)
+def test_raw_bytes_in_a_learnt_chunk_come_out_as_parsing_makes_them(hole: bytes) -> None:
+    reads = openai_stream(["Here", " is", " a"])
+    learnt = openai_chunk({"content": "\x00"}, obfuscation="kk")
+    head, _, tail = learnt.partition(b"\\u0000")
+    reads.insert(4, head + hole + tail)
+    both_ways(chat_provider(), reads)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=12))
+def test_any_text_comes_out_as_parsing_makes_it(texts: list[str]) -> None:
+    both_ways(chat_provider(), openai_stream(["Here", " is", *texts]))
 
 
 def test_the_fast_path_takes_the_responses_text_deltas() -> None:

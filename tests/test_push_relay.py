@@ -113,6 +113,11 @@ def stream_events(
 
 def read_sse(sock: socket.socket) -> list[dict[str, Any]]:
     """The events of a chunked SSE answer read to its end."""
+    return decode_sse(read_body(sock))
+
+
+def read_body(sock: socket.socket) -> bytes:
+    """The body of a chunked 200 answer read to its end, as it came (the chunk framing taken off)."""
     received: list[bytes] = []
     sock.settimeout(30)
     tail = b""
@@ -134,7 +139,7 @@ def read_sse(sock: socket.socket) -> list[dict[str, Any]]:
             break
         pieces.append(data[end + 2 : end + 2 + size])
         at = end + 4 + size
-    return decode_sse(b"".join(pieces))
+    return b"".join(pieces)
 
 
 def test_a_slow_client_gets_everything_in_order(
@@ -155,6 +160,47 @@ def test_a_slow_client_gets_everything_in_order(
         # The path where a send could not complete at once was taken. (Were streaming compiled, _Relay
         # would call its own _drain directly and the counter would see nothing.)
         assert drains[0] > before
+
+
+def test_text_taken_from_the_upstream_bytes_goes_out_as_serialized(
+    upstream: UpstreamMock, served: Gateway
+) -> None:
+    # OpenAI's chunk shape (a random ``obfuscation`` in each), one event per upstream write: after the
+    # first chunks the gateway matches the rest against their repeated bytes instead of parsing them
+    # (protocol/json_holes.py). The client must get what serializing each event gives, byte for byte,
+    # whatever the text holds.
+    texts = ["Hi", " there", " café ✓ 😀", ' "quoted"', " line\nbreak", " back\\slash", " \u2028", " end"]
+    texts *= 4
+    head = (
+        '{"id":"chatcmpl-CoD","object":"chat.completion.chunk","created":1766084443,"model":"gpt-4o",'
+        '"service_tier":"default","system_fingerprint":"fp_d","choices":[{"index":0,"delta":'
+    )
+    chunks = [
+        head + '{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]}'
+    ]
+    tail = '},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"'
+    chunks += [
+        head + '{"content":' + orjson.dumps(text).decode() + tail + "Zq9" * (i % 5) + '"}'
+        for i, text in enumerate(texts)
+    ]
+    chunks.append(head + '{},"logprobs":null,"finish_reason":"stop"}],"usage":null,"obfuscation":"a"}')
+    body = "".join(f"data: {c}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    upstream.reset([stream_reply(body.encode(), per_event=True, delay=0.002)])
+    sock = raw_request(served.port, "chat")
+    try:
+        raw = read_body(sock)
+    finally:
+        sock.close()
+    events = decode_sse(raw)
+    check_stream(events)
+    frames = [f for f in raw.split(b"\n\n") if f.startswith(b"event: response.output_text.delta\n")]
+    assert len(frames) == len(texts)
+    for got in frames:
+        data = got.partition(b"\ndata: ")[2]
+        assert data == orjson.dumps(orjson.loads(data))
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas == texts
+    assert accumulate(events).response["output"][0]["content"][0]["text"] == "".join(texts)
 
 
 def test_keepalives_keep_their_place_between_pushed_events(upstream: UpstreamMock, served: Gateway) -> None:

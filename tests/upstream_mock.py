@@ -83,7 +83,8 @@ class Reply:
     """One scripted answer.
 
     ``split`` cuts the body at random byte boundaries (seeded) and writes the pieces with
-    ``delay`` seconds between them; ``stall_after`` stops writing after that many bytes and holds the
+    ``delay`` seconds between them (``per_event``: cut after each SSE event instead, as a model's
+    server writes them); ``stall_after`` stops writing after that many bytes and holds the
     connection open until the client goes away (for idle-timeout and cancellation tests).
     """
 
@@ -92,6 +93,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "text/event-stream"
     split: bool = False
+    per_event: bool = False
     seed: int = 0
     max_piece: int = 64
     delay: float = 0.0005
@@ -100,6 +102,8 @@ class Reply:
     def pieces(self) -> list[bytes]:
         """The body as it will be written."""
         body = self.body if self.stall_after is None else self.body[: self.stall_after]
+        if self.per_event:
+            return [event + b"\n\n" for event in body.split(b"\n\n") if event]
         if not self.split:
             return [body] if body else []
         rng = random.Random(self.seed)
@@ -228,7 +232,7 @@ class UpstreamMock:
         try:
             for piece in reply.pieces():
                 await resp.write(piece)
-                if reply.split:
+                if reply.split or reply.per_event:
                     await asyncio.sleep(reply.delay)
             if reply.stall_after is not None:
                 while request.transport is not None and not request.transport.is_closing():

@@ -21,6 +21,7 @@ from .events import TERMINAL_EVENTS
 from .json_field import StringFieldStream
 from .native import mypyc_attr
 from .response import ID_PREFIXES, JSON, make_usage, new_id
+from .sse import text_delta_frame, text_delta_middle
 from .stop import StopScanner
 
 __all__ = [
@@ -146,6 +147,10 @@ class StreamBuilder:
         self._error_event_on_failure = error_event_on_failure
         self._seq = 0
         self._pending: list[JSON] = []
+        # The last event :meth:`text_delta_json` made and its SSE frame; the frame's middle for the
+        # content part it was in.
+        self.frame: tuple[JSON, bytes] | None = None
+        self._frame_part: tuple[Item | None, int, bytes] = (None, -1, b"")
         self._items: list[Item] = []
         self._open: dict[str, Item] = {}
         self._started = False
@@ -455,6 +460,28 @@ class StreamBuilder:
         if item.part_kind != "output_text":
             self._open_part(item, "output_text")
         self._emit_text(item, delta, logprobs)
+
+    def text_delta_json(self, item: Item, text: str, text_json: bytes) -> None:
+        """:meth:`text_delta` (no logprobs) of text the caller also has as its JSON string, as
+        ``orjson.dumps(text)`` writes it (``text_json``, quotes included). When the delta goes out at
+        once, the event's SSE frame is made from those bytes and kept in :attr:`frame` with the event:
+        a client of Responses SSE sends it instead of serializing the event again."""
+        if (
+            item.part_kind == "output_text"
+            and item.open
+            and self.stop is None
+            and item.kind == "message"
+            and self._open.get(item.id) is item
+        ):
+            seq = self._seq
+            self._emit_text(item, text, None)
+            part = self._frame_part
+            if part[0] is not item or part[1] != item.content_index:
+                middle = text_delta_middle(item.id, item.output_index, item.content_index)
+                part = self._frame_part = (item, item.content_index, middle)
+            self.frame = (self._pending[-1], text_delta_frame(seq, part[2], text_json))
+            return
+        self.text_delta(item, text)
 
     def _stop_text_delta(self, item: Item, delta: str, logprobs: list[JSON] | None) -> None:
         # Kept out of :meth:`text_delta` so a request without stop sequences pays one test per delta.

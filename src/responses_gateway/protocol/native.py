@@ -40,6 +40,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "responses_gateway.protocol.builder",
     "responses_gateway.protocol.events",
     "responses_gateway.protocol.json_field",
+    "responses_gateway.protocol.json_holes",
     "responses_gateway.protocol.response",
     "responses_gateway.protocol.checker",
     "responses_gateway.protocol.chat_completions",

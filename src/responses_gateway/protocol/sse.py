@@ -28,6 +28,8 @@ __all__ = [
     "decode_events",
     "encode_comment",
     "encode_event",
+    "text_delta_frame",
+    "text_delta_middle",
 ]
 
 DONE = b"data: [DONE]\n\n"
@@ -412,6 +414,28 @@ def encode_event(event: dict[str, Any]) -> bytes:
         if len(_PREFIXES) < 512:
             _PREFIXES[kind] = prefix
     return b"".join((prefix, orjson.dumps(event), b"\n\n"))
+
+
+_TEXT_DELTA_HEAD = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
+)
+
+
+def text_delta_middle(item_id: str, output_index: int, content_index: int) -> bytes:
+    """What a ``response.output_text.delta`` frame holds between its sequence number and its text
+    (the same for every delta of one content part): see :func:`text_delta_frame`."""
+    return b',"item_id":%b,"output_index":%d,"content_index":%d,"delta":' % (
+        orjson.dumps(item_id),
+        output_index,
+        content_index,
+    )
+
+
+def text_delta_frame(sequence_number: int, middle: bytes, text_json: bytes) -> bytes:
+    """The frame :func:`encode_event` makes of the builder's ``response.output_text.delta`` event
+    without logprobs, from the text's JSON string as ``orjson.dumps`` writes it (``text_json``,
+    quotes included) and the part's :func:`text_delta_middle`: the event is not serialized again."""
+    return b'%b%d%b%b,"logprobs":[]}\n\n' % (_TEXT_DELTA_HEAD, sequence_number, middle, text_json)
 
 
 def encode_comment(text: str = "") -> bytes:

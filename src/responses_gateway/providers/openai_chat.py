@@ -32,6 +32,7 @@ from typing import Any, Literal
 import orjson
 
 from ..protocol.builder import Item, StreamBuilder
+from ..protocol.json_holes import StringHoles
 from ..protocol.native import mypyc_attr
 from ..protocol.request import JSON, ResponseRequest
 from ..protocol.sse import SSEMessage
@@ -504,6 +505,14 @@ class _Call:
 
 # The keys of a delta that carries nothing but text (the fast path of ChatTranslator._choice).
 _PLAIN_DELTA = frozenset({"content", "role"})
+# Where a text chunk's text is, and the strings besides it that change from chunk to chunk (OpenAI's
+# ``obfuscation``, random padding): the holes of the chunks' bytes (``ChatTranslator.fast``).
+_TEXT_PATH: tuple[str | int, ...] = ("choices", 0, "delta", "content")
+_CHANGING: tuple[tuple[str | int, ...], ...] = (("obfuscation",),)
+# A stream's chunks are learnt again (their bytes changed elsewhere, e.g. a ``created`` that moves with
+# the clock) only after the last learnt shape matched this many; at most this many tries each time.
+_RELEARN_AFTER = 16
+_LEARN_TRIES = 4
 
 
 def _logprobs(choice: JSON) -> list[JSON] | None:
@@ -561,6 +570,11 @@ class ChatTranslator:
         self.error: ProviderError | None = None
         self.done = False
         self.dirty = False
+        # The bytes the stream's text chunks repeat (see ``fast``), how many chunks they matched, and
+        # how many more plain text chunks may be tried to learn them from.
+        self._holes: StringHoles | None = None
+        self._matched = 0
+        self._learn = _LEARN_TRIES
 
     # ------------------------------------------------------------------ chunks
     def on_chunk(self, chunk: JSON) -> None:
@@ -589,7 +603,10 @@ class ChatTranslator:
         and True. False, with nothing changed, for anything else: the general path takes it then.
 
         Most chunks of a stream are these; this skips the message object, the text decode and the
-        probing of every field the general path looks for.
+        probing of every field the general path looks for. And once one has been parsed, the next ones
+        are mostly the same bytes with other text (``protocol.json_holes``): those are matched without
+        parsing, and their text's JSON goes into the client's event as it came
+        (``StreamBuilder.text_delta_json``).
         """
         message = self.message
         if (
@@ -603,6 +620,16 @@ class ChatTranslator:
             or data[:1] != b"{"
         ):
             return False
+        holes = self._holes
+        if holes is not None:
+            text = holes.match(data)
+            if text is not None:
+                self.b.text_delta_json(message, text[0], text[1])
+                self.dirty = True
+                self._matched += 1
+                return True
+            if self._matched >= _RELEARN_AFTER:
+                self._holes, self._matched, self._learn = None, 0, _LEARN_TRIES
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -633,6 +660,10 @@ class ChatTranslator:
         except Exception as exc:
             raise malformed_event(exc) from None
         self.dirty = True
+        if self._learn:
+            # Kept until it stops matching; None (the text had an escape, say): a later chunk is tried.
+            self._holes = StringHoles.learn(data, _TEXT_PATH, _CHANGING)
+            self._learn = 0 if self._holes is not None else self._learn - 1
         return True
 
     def _choice(self, choice: JSON) -> None:

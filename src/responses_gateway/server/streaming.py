@@ -723,7 +723,16 @@ class SSESink(_Relay):
         if seal is not unsealed:
             events = seal(events)
         frames = self._frames
-        body = encode_event(events[0]) if frames is _encode and len(events) == 1 else frames(events)
+        if frames is not _encode or len(events) != 1:
+            body = frames(events)
+        else:
+            # One event: its frame as the builder made it (a text delta), or serialized here.
+            event = events[0]
+            frame = builder.frame
+            if frame is not None and frame[0] is event and seal is unsealed:
+                body = frame[1]
+            else:
+                body = encode_event(event)
         if not body:
             return None
         return self.write(body)
