@@ -106,16 +106,16 @@ class StringHoles:
         tails = tuple(data[hole[1] : start] for hole, start in zip(found, starts, strict=True))
         text_hole = next(i for i, hole in enumerate(found) if hole[3])
         holes = cls(data[: found[0][0]], tails, text_hole)
+        # The parsed document, its holes' values swapped for the markers, is what the probe must parse to.
         markers = [f"\x7fhole{i}" for i in range(len(found))]
-        expected = orjson.loads(data)
         for marker, hole in zip(markers, found, strict=True):
-            if not _set(expected, hole[2], marker):
+            if not _set(doc, hole[2], marker):
                 return None
         try:
             probe = orjson.loads(holes.fill(markers))
         except orjson.JSONDecodeError:
             return None
-        return holes if probe == expected else None
+        return holes if probe == doc else None
 
     def fill(self, strings: Sequence[str]) -> bytes:
         """The learnt bytes with ``strings`` (written without escapes) in the holes, in order."""
