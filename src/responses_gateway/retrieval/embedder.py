@@ -23,12 +23,17 @@ import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .blas import one_blas_thread
+
+if TYPE_CHECKING:
+    # numpy is imported where it is used: a gateway that never embeds never loads it (docs/performance.md,
+    # "What a process holds at start").
+    import numpy as np
+    import numpy.typing as npt
+
+    Vector = npt.NDArray[np.float32]
 
 __all__ = [
     "LOCAL_MODEL",
@@ -41,7 +46,6 @@ __all__ = [
 ]
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
-Vector = npt.NDArray[np.float32]
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -84,6 +88,8 @@ def _model_zip() -> Path:
 
 
 def _read_safetensors(data: bytes) -> dict[str, Vector]:
+    import numpy as np
+
     (size,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + size])
     base = 8 + size
@@ -105,6 +111,8 @@ _CACHE_FLOATS = 256 * 1024
 def _erf(x: Vector) -> Vector:
     """erf, in place (Abramowitz & Stegun 7.1.26, error below 1.5e-7): numpy has none, and BERT's
     GELU is the exact one."""
+    import numpy as np
+
     a = np.abs(x)
     negative = x < 0
     t = a * np.float32(0.3275911)
@@ -126,6 +134,8 @@ def _erf(x: Vector) -> Vector:
 def _gelu(h: Vector) -> Vector:
     """BERT's exact GELU, ``h * Φ(h)``, in place, by blocks of rows small enough to stay in the CPU's
     cache through erf's dozen element-wise passes."""
+    import numpy as np
+
     rows = max(1, _CACHE_FLOATS // max(h.shape[-1], 1))
     for start in range(0, h.shape[0], rows):
         block = h[start : start + rows]
@@ -138,6 +148,8 @@ def _gelu(h: Vector) -> Vector:
 
 
 def _layer_norm(x: Vector, weight: Vector, bias: Vector, eps: float = 1e-12) -> Vector:
+    import numpy as np
+
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
     out: Vector = ((x - mean) / np.sqrt(var + eps) * weight + bias).astype(np.float32)
@@ -170,6 +182,8 @@ class LocalEmbedder:
 
     def load(self) -> None:
         """Read the weights and the tokenizer (once; blocking)."""
+        import numpy as np
+
         with self._lock:
             if self._weights is not None:
                 return
@@ -197,6 +211,8 @@ class LocalEmbedder:
         have one). A longer text's windows are weighed by their token counts, which is the model's own
         mean pooling over the whole text with attention within a window; weighing windows equally let
         a chunk's short last window count as much as a full one (docs/file-search.md, Embedders)."""
+        import numpy as np
+
         self.load()
         windows: list[list[int]] = []
         owners: list[int] = []
@@ -222,6 +238,8 @@ class LocalEmbedder:
         return Embedding((out / np.maximum(norms, 1e-12)).astype(np.float32), tokens)
 
     def _forward(self, batch: list[list[int]]) -> Vector:
+        import numpy as np
+
         w = self._weights
         assert w is not None
         length = max(len(ids) for ids in batch)
@@ -323,6 +341,8 @@ class RemoteEmbedder:
         return self.dimensions
 
     def embed(self, texts: Sequence[str]) -> Embedding:
+        import numpy as np
+
         rows: list[Vector] = []
         tokens = 0
         for start in range(0, len(texts), self.batch_size):

@@ -15,10 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from .. import documents
 from ..store import NotFound, Store
@@ -28,8 +25,18 @@ from .chunking import TokenizerUnavailable, chunk_text
 from .embedder import LOCAL_MODEL, Embedder, EmbedderUnavailable, local_embedder
 from .filters import FilterError, check_filter, matches
 from .fusion import fuse
-from .keyword_index import TOKENIZER, KeywordIndex, postings, query_terms
-from .vector_index import Index, VectorIndex, open_index
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from .keyword_index import KeywordIndex
+    from .vector_index import Index
+
+# The indexes (``keyword_index``, ``vector_index``) and numpy are imported when the indexes are
+# opened (:meth:`VectorStores._open`): at start when the database holds a vector store, else on the
+# first one. A gateway whose clients never use vector stores does not load them (docs/performance.md,
+# "What a process holds at start").
 
 __all__ = ["RetrievalError", "VectorStores", "extract_text"]
 
@@ -107,6 +114,7 @@ class VectorStores:
         self._index: Index | None = None
         self._index_choice = vector_index
         self._keywords: KeywordIndex | None = None
+        self._open_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._ingest_lock = asyncio.Lock()
         # Stores searched by this process (their indexes may be held): checked by drop_gone.
@@ -122,13 +130,31 @@ class VectorStores:
         store = self._store()
         if store is None:
             return
-        self._tables = VectorStoreTables(store.db)
-        self._index = await open_index(self._tables, self._index_choice)
-        self._keywords = KeywordIndex(self._tables)
-        for store_id, file_id in await self._tables.in_progress():
+        tables = self._tables = VectorStoreTables(store.db)
+        if not await tables.any_store():
+            return  # opened with the first store (``_open``); nothing to resume or warm
+        await self._open()
+        for store_id, file_id in await tables.in_progress():
             self._spawn(self._ingest(store_id, file_id, None))
         if self._warm:
             self._warming = asyncio.ensure_future(self._warm_up())
+
+    async def _open(self) -> None:
+        """Open the indexes, once (the first caller opens them, the others wait for it)."""
+        if self._index is not None or self._tables is None:
+            return
+        async with self._open_lock:
+            tables = self._tables
+            if self._index is not None or tables is None:
+                return
+            from .keyword_index import KeywordIndex
+            from .vector_index import open_index
+
+            index = await open_index(tables, self._index_choice)
+            if self._tables is not tables:  # closed meanwhile
+                return
+            self._keywords = KeywordIndex(tables)
+            self._index = index
 
     async def _warm_up(self, limit: int = WARM_STORES) -> None:
         """Load the indexes of the existing stores (BM25, and the vector back end's when it holds
@@ -136,6 +162,8 @@ class VectorStores:
         until ``limit`` stores or an index's memory limit: what each store's first search in this
         process would load, loaded before it. A search meanwhile waits only for its own store's
         load, if that one is running (each index loads a store once, under that store's lock)."""
+        from .vector_index import VectorIndex
+
         tables, keywords, index = self.tables, self.keywords, self.index
         started = time.monotonic()
         embedder_loaded = False
@@ -201,8 +229,8 @@ class VectorStores:
         """Drop from this process's indexes the stores (``store_ids``, or every store they hold)
         that no longer exist: deleted by another gateway instance, whose deletes this one does not
         see otherwise. The sweep calls it; the ids dropped."""
-        if self._tables is None:
-            return []
+        if self._tables is None or self._index is None:
+            return []  # not opened: this process holds no store
         held = list(self._searched | set(self.index.cached())) if store_ids is None else list(store_ids)
         if not held:
             return []
@@ -326,6 +354,7 @@ class VectorStores:
 
     async def _forget(self, store_id: str) -> None:
         """Drop a deleted store from both indexes (and its in-database vector rows)."""
+        await self._open()  # another process's store: its in-database rows go too
         if self._index is not None:
             await self._index.forget(store_id)
         if self._keywords is not None:
@@ -346,6 +375,10 @@ class VectorStores:
     def vector_reads(self) -> int:
         """``VectorIndex.reads``: vectors the in-memory index read (0 for the in-database back
         ends, which hold none): the metrics read it."""
+        if self._index is None:
+            return 0
+        from .vector_index import VectorIndex
+
         return self._index.reads if isinstance(self._index, VectorIndex) else 0
 
     def warm_up(self) -> dict[str, int]:
@@ -375,6 +408,7 @@ class VectorStores:
         data: bytes | None = None,
     ) -> None:
         tables = self.tables
+        await self._open()
         async with self._ingest_lock:  # CPU-bound: one file at a time
             row = await tables.file_row(store_id, file_id)
             if row is None or row[0] != "in_progress":
@@ -412,6 +446,8 @@ class VectorStores:
                 rows = [row.astype("<f4").tobytes() for row in vectors]
                 usage = sum(len(c.encode("utf-8")) for c in chunks)
                 # Tokenized once, here: every process's BM25 index loads these postings.
+                from .keyword_index import TOKENIZER, postings
+
                 keywords = (TOKENIZER, await asyncio.to_thread(postings, chunks))
                 if await tables.complete_file(
                     store_id, file_id, chunks, rows, usage_bytes=usage, postings=keywords
@@ -453,6 +489,9 @@ class VectorStores:
             raise
         except VectorStoreExpired as exc:
             raise _expired(exc) from None
+        await self._open()
+        from .keyword_index import query_terms
+
         self._searched.add(store_id)
         text = query if isinstance(query, str) else " ".join(query)
         weights, threshold = _options(filters, ranking_options)

@@ -35,7 +35,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ..store.vector_search import BACKENDS, VectorSearch, open_search
+from ..store.vector_search import CHOICES, VectorSearch, open_search
 from ..store.vector_stores import SegmentKey, VectorStoreTables
 from .blas import one_blas_thread
 from .topk import kth_largest
@@ -46,7 +46,6 @@ log = logging.getLogger("responses_gateway.retrieval")
 
 # ``auto``: the back end each store dialect gets unless configured (docs/file-search.md, Measured).
 AUTO = {"sqlite": "memory", "postgresql": "pgvector"}
-CHOICES = ("auto", "memory", *BACKENDS)
 
 # Above this many chunks the product runs in a worker thread rather than on the event loop.
 _INLINE_ROWS = 20_000

@@ -8,7 +8,7 @@ from typing import Literal
 from ..engine.tools.mcp import McpServerSpec
 from ..engine.tools.web_search import SearchBackend
 from ..protocol.request import TOOL_TYPES
-from ..retrieval.vector_index import CHOICES as VECTOR_INDEXES
+from ..store.vector_search import CHOICES as VECTOR_INDEXES
 
 KeepaliveMode = Literal["in_progress", "ping", "comment", "off"]
 # Raw reasoning text events: OpenAI's ``response.reasoning_text.delta`` (what Codex and the openai SDK

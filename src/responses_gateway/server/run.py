@@ -26,7 +26,7 @@ from ..paths import data_dir as resolve_data_dir
 from ..protocol.native import COMPILED_MODULES, compiled_modules
 from ..providers.scripted import ScriptedProvider, ScriptError
 from ..providers.transport import raise_open_files_limit
-from ..retrieval.vector_index import CHOICES as VECTOR_INDEXES
+from ..store.vector_search import CHOICES as VECTOR_INDEXES
 from .app import GatewayApp
 from .config import (
     DEFAULT_MAX_BODY_BYTES,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import sqlite3
 import threading
 from pathlib import Path
@@ -47,10 +48,13 @@ def _mapped_sqlite() -> list[str]:
 
 def _load() -> str:
     """The loaded sqlite-vec's version; raises ``RuntimeError`` saying why not."""
-    try:
-        import sqlite_vec
-    except ImportError:
-        raise RuntimeError("the sqlite-vec package is not installed") from None
+    # The package's own ``loadable_path()`` is its directory's ``vec0``; found here without
+    # importing it, because its ``__init__`` imports numpy (~11 MB, docs/performance.md, "What a
+    # process holds at start").
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the sqlite-vec package is not installed")
+    base = str(Path(next(iter(spec.submodule_search_locations))) / "vec0")
     candidates = _mapped_sqlite()
     if not candidates:
         name = ctypes.util.find_library("sqlite3")
@@ -73,7 +77,6 @@ def _load() -> str:
             f"no shared SQLite library in this process is sqlite3's own ({sqlite3.sqlite_version}); "
             "_sqlite3 may be statically linked"
         )
-    base = sqlite_vec.loadable_path()
     found_ext = [base + suffix for suffix in (".so", ".dylib", ".dll") if Path(base + suffix).exists()]
     if not found_ext:
         raise RuntimeError(f"sqlite-vec's loadable library is missing ({base}.*)")

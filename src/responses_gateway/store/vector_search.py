@@ -36,6 +36,7 @@ from .db import Database, Tx
 
 __all__ = [
     "BACKENDS",
+    "CHOICES",
     "EXACT_BELOW",
     "ITERATIVE",
     "PGVECTOR_PREFIX",
@@ -377,6 +378,9 @@ def _floats(data: bytes) -> list[float]:
 
 
 BACKENDS = ("sqlite-vec", "sqlite-vec-bit", "pgvector", "pgvector-exact")
+# What ``serve --vector-index`` takes: these, ``memory`` (``retrieval.vector_index.VectorIndex``) and
+# ``auto``. Here rather than beside the index so the command line reads it without loading numpy.
+CHOICES = ("auto", "memory", *BACKENDS)
 
 
 async def open_search(db: Database, backend: str) -> VectorSearch | str:

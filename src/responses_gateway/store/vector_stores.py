@@ -240,6 +240,12 @@ class VectorStoreTables:
             )
         return [str(row[0]) for row in rows]
 
+    async def any_store(self) -> bool:
+        """Whether the database holds a vector store (any owner's, expired or not)."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch("SELECT 1 FROM rg_vector_stores LIMIT 1")
+        return bool(rows)
+
     async def recent_stores(self, now: int, limit: int) -> list[tuple[str, str, int]]:
         """Up to ``limit`` stores not expired at ``now`` (every owner's), most recently active first
         (``last_active_at``, then the newest id): (id, embedding model, dimensions). The start-up
