@@ -466,22 +466,17 @@ class StreamBuilder:
         ``orjson.dumps(text)`` writes it (``text_json``, quotes included). When the delta goes out at
         once, the event's SSE frame is made from those bytes and kept in :attr:`frame` with the event:
         a client of Responses SSE sends it instead of serializing the event again."""
-        if (
-            item.part_kind == "output_text"
-            and item.open
-            and self.stop is None
-            and item.kind == "message"
-            and self._open.get(item.id) is item
-        ):
-            seq = self._seq
-            self._emit_text(item, text, None)
+        pending = self._pending
+        before = len(pending)
+        self.text_delta(item, text)
+        # Without a stop sequence, one event more is the delta of ``text`` itself into the open part
+        # (a part it had to open first would have come before it).
+        if self.stop is None and len(pending) == before + 1:
             part = self._frame_part
             if part[0] is not item or part[1] != item.content_index:
                 middle = text_delta_middle(item.id, item.output_index, item.content_index)
                 part = self._frame_part = (item, item.content_index, middle)
-            self.frame = (self._pending[-1], text_delta_frame(seq, part[2], text_json))
-            return
-        self.text_delta(item, text)
+            self.frame = (pending[-1], text_delta_frame(self._seq - 1, part[2], text_json))
 
     def _stop_text_delta(self, item: Item, delta: str, logprobs: list[JSON] | None) -> None:
         # Kept out of :meth:`text_delta` so a request without stop sequences pays one test per delta.
