@@ -8,6 +8,7 @@ One gateway (``responses-gateway serve --workers 2 --worker-port-base P``) as a 
   runs; the joined stream passes the checker and equals worker 0's own replay;
 - a cancel sent to worker 1 stops worker 0's run at once (not at the next heartbeat);
 - a conversation whose turns alternate between the workers: each sees the other's items;
+- a WebSocket session made again on the other worker continues from the first one's response;
 - ``/metrics`` counts every worker's requests, and open streams, whichever worker is scraped;
 - the shared port spreads connections over both workers, a killed worker is replaced, SIGHUP
   replaces both without refusing a request, SIGTERM stops everything
@@ -16,6 +17,7 @@ One gateway (``responses-gateway serve --workers 2 --worker-port-base P``) as a 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -31,6 +33,7 @@ import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import ClientConnection, connect
 
 from conftest import check_stream
 from responses_gateway.protocol.sse import EventStreamDecoder
@@ -213,6 +216,39 @@ def test_conversation_across_workers(workers: Workers) -> None:
         "and now?",
         "I saw zebra42 in the context",
     ]
+
+
+def _ws_turn(ws: ClientConnection, **body: Any) -> JSON:
+    """One ``response.create`` on a WebSocket connection: its final Response (the stream checked)."""
+    ws.send(json.dumps({"type": "response.create", **body}))
+    events: list[JSON] = []
+    while not events or events[-1]["type"] not in TERMINAL:
+        events.append(json.loads(ws.recv(timeout=15)))
+        assert events[-1]["type"] != "error", events[-1]
+    check_stream(events)
+    return dict(events[-1]["response"])
+
+
+def test_websocket_continuation_across_workers(workers: Workers) -> None:
+    """Codex's transport: a session whose connection is made again lands on another worker and
+    continues from the response the first worker stored; within one connection ``store: false``
+    continues from the connection's own responses, as with one process."""
+    url = "ws://127.0.0.1:{}/v1/responses"
+    with connect(url.format(workers.base)) as ws:
+        assert ws.response is not None and ws.response.headers[WORKER] == workers.pid(0)
+        first = _ws_turn(ws, model="slow", input="a quick one")
+    assert first["output"][0]["content"][0]["text"] == "remember zebra42"
+    with connect(url.format(workers.base + 1)) as ws:
+        assert ws.response is not None and ws.response.headers[WORKER] == workers.pid(1)
+        second = _ws_turn(ws, model="slow", input="and now?", previous_response_id=first["id"])
+        assert second["output"][0]["content"][0]["text"] == "I saw zebra42 in the context"
+        # Not stored: only this connection can continue from it.
+        third = _ws_turn(ws, model="slow", store=False, input="once more", previous_response_id=second["id"])
+        assert third["output"][0]["content"][0]["text"] == "I saw zebra42 in the context"
+    # Worker 0 reads what worker 1 stored; the unstored response is nowhere.
+    assert workers.client(0).responses.retrieve(second["id"]).previous_response_id == first["id"]
+    with pytest.raises(openai.NotFoundError):
+        workers.client(0).responses.retrieve(third["id"])
 
 
 def _scrape(workers: Workers, worker: int) -> dict[str, float]:

@@ -9,7 +9,7 @@ answered:
 - a request to each worker is answered by that model (streams pass the checker, items validate
   against the openai SDK), two concurrent ones, one per worker, are both answered (queued in the
   model process), and a response stored by worker 0 is continued (``previous_response_id``) and
-  retrieved on worker 1: the workers store, the model process does not;
+  retrieved on worker 1, over HTTP and in WebSocket mode: the workers store, the model process does not;
 - what the embedded model cannot do is refused by the worker with the single-process gateway's 400,
   the model process's own 400 (past its context) reaches the client unchanged, a hosted tool is the
   worker's to run; ``/responses/input_tokens`` is counted by the model;
@@ -22,6 +22,7 @@ answered:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -35,6 +36,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from websockets.sync.client import connect
 
 from conftest import check_stream
 from responses_gateway.protocol.sse import EventStreamDecoder
@@ -45,6 +47,7 @@ pytestmark = pytest.mark.model
 JSON = dict[str, Any]
 WORKER = "x-gateway-worker"
 MODEL = "gemma-3-270m"
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
 def _port_pair() -> int:
@@ -189,6 +192,16 @@ def test_one_model_process_serves_both_workers(gateway: Gateway) -> None:
     # The model saw worker 0's stored turn: more input tokens than the new message alone.
     alone = gateway.count(1, "What is my name?")
     assert follow.usage is not None and follow.usage.input_tokens > alone
+    # WebSocket mode on a worker, over the model process: continued from worker 0's stored response.
+    with connect(f"ws://127.0.0.1:{gateway.base + 1}/v1/responses") as ws:
+        assert ws.response is not None and int(ws.response.headers[WORKER]) == second
+        create = {"type": "response.create", **body, "store": False, "previous_response_id": stored.id}
+        ws.send(json.dumps(create))
+        turn: list[JSON] = []
+        while not turn or turn[-1]["type"] not in TERMINAL:
+            turn.append(json.loads(ws.recv(timeout=120)))
+            assert turn[-1]["type"] != "error", turn[-1]
+    assert _completed(turn)["usage"]["input_tokens"] > gateway.count(1, "Say hello.")
 
     # What the embedded model cannot read is refused as by one process: 400, same code and param.
     with pytest.raises(openai.BadRequestError) as refused:

@@ -536,7 +536,8 @@ def serve(args: argparse.Namespace) -> int:
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"--workers must be at least 1, not {args.workers}")
         local = _serves_embedded_model(args)
-        # The embedded model's default is one process: WebSocket mode (Codex) is served by one only.
+        # The embedded model's default is one process: one model answers one request at a time however
+        # many workers send it requests (docs/workers.md, "Default").
         workers = args.workers or (1 if local else default_workers())
         if workers > 1:
             _remove_stale_sibling_dirs()
