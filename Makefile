@@ -42,7 +42,8 @@ run: $(STAMP)
 	if [ -f $(COMPILED_STAMP) ]; then export PYTHONPATH="$(COMPILED_PATH)"; fi; \
 	exec $(BIN)/responses-gateway serve --host $(HOST) --port $(PORT)
 
-# The whole suite on both builds: the interpreted source (the fallback) and the compiled hot path.
+# The whole suite on both builds, side by side: the interpreted source (the fallback) and the
+# compiled hot path (scripts/test-builds.sh; output lines prefixed by build, logs in build/test-logs/).
 test: $(STAMP) $(COMPILED_STAMP)
 	scripts/sandbox-deps.sh
 	scripts/browser-deps.sh
@@ -50,8 +51,7 @@ test: $(STAMP) $(COMPILED_STAMP)
 	scripts/bench-deps.sh
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
-	RG_TEST_BUILD=interpreted $(BIN)/python -m pytest
-	RG_TEST_BUILD=compiled PYTHONPATH="$(COMPILED_PATH)" $(BIN)/python -m pytest
+	scripts/test-builds.sh
 
 # The gateway-overhead benchmark (issue 5): mock upstream, bare relay, the gateway, LiteLLM, side by side.
 bench: $(STAMP) $(COMPILED_STAMP)

@@ -6,6 +6,9 @@ and ``url(path)``; every server started is stopped at teardown. ``assert_valid_s
 ``protocol.checker.check`` in both profiles and fails with the violations listed (also importable as
 ``from conftest import check_stream``).
 
+Tests marked ``model`` (the embedded model generating) run one at a time on the machine, whichever
+test run they belong to (``one_embedded_model_at_a_time``).
+
 Every test fails if a gateway it ran logged an exception that escaped the application (uvicorn's
 "Exception in ASGI application"): uvicorn's own loggers do not propagate to pytest's capture, so without
 this guard such an error is visible only on the terminal.
@@ -13,12 +16,15 @@ this guard such an error is visible only on the terminal.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -107,6 +113,25 @@ def no_escaped_exceptions() -> Iterator[None]:
                 for r in escaped
             )
         )
+
+
+# Machine-wide: any two test runs on this machine share its cores (`make test` runs two at once).
+MODEL_LOCK = Path(tempfile.gettempdir()) / "rg-embedded-model-tests.lock"
+
+
+@pytest.fixture(autouse=True)
+def one_embedded_model_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests marked ``model`` take turns with those of any other run on the machine.
+
+    llama.cpp's threads spin at their barriers: two processes generating at once on two cores took
+    ten times as long (72 s against 7 for one test when `make test` ran its two builds side by side).
+    """
+    if request.node.get_closest_marker("model") is None:
+        yield
+        return
+    with MODEL_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _free_port() -> int:

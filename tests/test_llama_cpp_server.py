@@ -22,6 +22,8 @@ from openai import OpenAI
 
 from serve_process import Served, free_port, serve, shared_model_path
 
+pytestmark = pytest.mark.model
+
 HERE = Path(__file__).parent
 SCHEMA = {
     "type": "object",

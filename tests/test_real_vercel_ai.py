@@ -271,6 +271,7 @@ def test_chat_history_from_response_messages_is_resolved(client: Path, scripted:
 
 
 # --- c) structured output
+@pytest.mark.model
 def test_structured_output_with_the_embedded_model(client: Path, tmp_path: Path) -> None:
     served = serve(tmp_path)  # the embedded gemma-3-270m: the scripted provider refuses json_schema
     try:

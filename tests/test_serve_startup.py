@@ -129,6 +129,7 @@ def _serve_with_env(tmp: Path, env: dict[str, str], *args: str) -> Served:
         time.sleep(0.1)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("how", ["--data-dir", "RG_DATA_DIR"])
 def test_the_data_dir_moves_the_store_the_key_and_the_model(tmp_path: Path, how: str) -> None:
     data = tmp_path / "data"
