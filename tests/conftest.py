@@ -147,10 +147,12 @@ def start_gateway(
     preload: bool = False,
     http: dict[str, Any] | None = None,
     tracer_provider: Any = None,
+    keep_alive: int = 5,
     **config: Any,
 ) -> Gateway:
     """Start a gateway serving ``models`` (a registry, or providers registered under their names), with
-    the HTTP protocol ``serve`` runs (``http``: its head/body timeouts and connection limit)."""
+    the HTTP protocol ``serve`` runs (``http``: its head/body timeouts and connection limit;
+    ``keep_alive``: uvicorn's idle limit between requests, in seconds)."""
     if isinstance(models, ModelRegistry):
         registry = models
     else:
@@ -170,6 +172,7 @@ def start_gateway(
             lifespan="on",
             access_log=False,
             log_level="warning",
+            timeout_keep_alive=keep_alive,
         )
     )
     UVICORN_ERRORS.attach()

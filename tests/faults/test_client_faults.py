@@ -176,6 +176,84 @@ def test_a_kept_alive_connection_keeps_each_limit_after_a_slow_body() -> None:
         gw.stop()
 
 
+def read_response(sock: socket.socket) -> bytes:
+    """One response with a Content-Length, leaving the connection open."""
+    sock.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in lines if line.startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_request_answered_before_its_body_leaves_nothing_behind() -> None:
+    """A wrong key's 401 is sent from the request's head, before its body arrives. The body that
+    follows is read and dropped (the connection serves its next request), a body that stalls closes
+    the connection with no 408 after the 401, and a graceful shutdown closes the connection at once:
+    it used to take the body's bytes for a new request it had to wait for, and never closed."""
+    gw = start_gateway(
+        [ScriptedProvider([{"message": "ok"}], name="m")],
+        api_keys=["sk-right"],
+        http={"head_timeout": HEAD, "body_timeout": BODY},
+    )
+    try:
+        payload = orjson.dumps({"model": "m", "input": "hi"})
+
+        def head(key: str) -> bytes:
+            return (
+                b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (key.encode(), len(payload))
+            )
+
+        reused, stalled, idle = (connect(gw.port) for _ in range(3))
+        for sock in (reused, stalled, idle):
+            sock.sendall(head("sk-wrong"))
+            assert json_error(read_response(sock), 401)["type"] == "invalid_request_error"
+        reused.sendall(payload + head("sk-right") + payload)
+        answer = read_response(reused)
+        assert answer.startswith(b"HTTP/1.1 200") and b'"completed"' in answer, answer[:300]
+        stalled.sendall(payload[:5])
+        idle.sendall(payload)
+        assert read_all(stalled) == b""  # closed after the body limit, nothing more said
+        started = time.monotonic()
+        gw.stop()
+        assert not gw.thread.is_alive() and time.monotonic() - started < 3
+        assert read_all(idle) == b"" and read_all(reused) == b""
+        for sock in (reused, stalled, idle):
+            sock.close()
+    finally:
+        gw.stop()
+
+
+def test_a_connection_answered_before_its_body_is_idle_once_the_body_is_in() -> None:
+    """uvicorn arms its idle limit when a response completes; the body arriving after it disarmed it,
+    and the connection then stayed open for ever. It closes after the idle limit like any other."""
+    gw = start_gateway([ScriptedProvider([{"message": "ok"}], name="m")], api_keys=["sk-right"], keep_alive=1)
+    try:
+        payload = orjson.dumps({"model": "m", "input": "hi"})
+        sock = connect(gw.port)
+        sock.sendall(
+            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-wrong\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(payload)
+        )
+        assert json_error(read_response(sock), 401)["code"] == "invalid_api_key"
+        sock.sendall(payload)
+        started = time.monotonic()
+        assert read_all(sock, timeout=5) == b""
+        assert 0.9 <= time.monotonic() - started < 3
+        sock.close()
+    finally:
+        gw.stop()
+
+
 GARBAGE = {
     "bad content-length": b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n{}",
     "length and chunked": (

@@ -9,7 +9,10 @@ to keep. :class:`GatewayHttpProtocol` adds:
   request head must arrive within it; else a 408 in OpenAI's error shape and the connection closes.
   A new connection that sends nothing at all is closed after the same time, silently.
 - ``body_timeout``: while a body is arriving, at most this long between two pieces of it; else a
-  408 and the connection closes (the request sees a disconnect).
+  408 and the connection closes (the request sees a disconnect). A request answered before its body
+  arrived (a wrong key's 401 is sent from the head) keeps that answer: its body is read and dropped,
+  a stall in it closes the connection without a second response, and once it has arrived the
+  connection is idle (kept alive for uvicorn's idle limit, closed at once by a graceful shutdown).
 - ``max_connections``: past this many open connections a request is answered 503 (JSON, with
   Retry-After) instead of being served; open streams are never cut. uvicorn's own limit would
   answer in plain text.
@@ -255,6 +258,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         # The disconnect signal of the latest request (the one uvicorn marks disconnected).
         self._gone: ClientGone | None = None
         self._served = False  # a request has been read on this connection
+        # Between a request's first byte and its last: bytes then are that request's, not a new one's
+        # (the tail of a body the app answered before it arrived, e.g. a 401 sent from the head).
+        self._in_message = False
         # Shutting down: the request on its way is served, then the connection closes.
         self._last_request = False
 
@@ -290,6 +296,10 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         part = "request headers" if what == "head" else "request body"
         self.logger.info("closing a connection that sent its %s too slowly", part)
+        if what == "body" and self.cycle is not None and self.cycle.response_complete:
+            # The app answered without waiting for this body: that answer stands, no 408 after it.
+            self.transport.close()
+            return
         if self.cycle is not None and not self.cycle.response_complete and what == "body":
             # The app is waiting for this body: it sees a disconnect, and what it sends is dropped (the
             # 408 is the response; ``disconnected`` makes uvicorn's ``send`` a no-op, where writing to
@@ -335,13 +345,14 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._last_byte = self.loop.time()
         elif self._waiting_for is None and (self.cycle is None or self.cycle.response_complete):
             self._arm("head", self.head_timeout)  # the next request on a kept-alive connection
-        if not self._seen_bytes:
+        if not self._seen_bytes and not self._in_message:
             self._seen_bytes = True
             self._last_byte = self.loop.time()
         super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._in_message = True
         self._seen_bytes = True
         if self._waiting_for != "head":
             self._arm("head", self.head_timeout)
@@ -374,7 +385,18 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._in_message = False
         super().on_message_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and not self.pipeline:
+            # Answered before its body had arrived: the connection is idle only now. uvicorn armed its
+            # keep-alive limit at the response and the body's bytes cancelled it; arm it again.
+            if self.timeout_keep_alive_task is not None:
+                self.timeout_keep_alive_task.cancel()
+            if not self.transport.is_closing():
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
 
     def shutdown(self) -> None:
         """A graceful shutdown (SIGTERM, a rolling restart): uvicorn closes every connection with no
