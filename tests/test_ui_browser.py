@@ -3,12 +3,13 @@
 One ``responses-gateway serve`` (scripted models, an OpenAI-compatible model whose upstream fails, an API
 key) and one browser page are shared by the module; the tests run in file order on that page, as a
 person would use it. Chromium is Debian's (``scripts/browser-deps.sh``), driven by Playwright for
-Python; nothing is downloaded. Screenshots of every page go to ``tests/.artifacts/ui/``.
+Python; nothing is downloaded. Screenshots of every page go to ``tests/.artifacts/ui/<build>/``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -30,7 +31,8 @@ expect = playwright_api.expect
 expect.set_options(timeout=15_000)
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).parent / ".artifacts" / "ui"
+# One folder per build: `make test` runs the suite on both builds at once.
+ARTIFACTS = Path(__file__).parent / ".artifacts" / "ui" / os.environ.get("RG_TEST_BUILD", "interpreted")
 KEY = "sk-ui-browser-test"
 SLOW_TEXT = ["Hello", " from", " the", " scripted", " gateway,", " streaming", " slowly."]
 JSON = dict[str, Any]
