@@ -299,7 +299,9 @@ def _stop_process_storm() -> None:
     # A storm's size wavers just under the limit as its processes die and fork: 3/4 of it is enough.
     if len(others) + threads < _STATE.max_processes * 3 // 4:
         return
-    deadline = time.monotonic() + 1.0
+    # Until the killed processes are gone from /proc (reaped by bubblewrap's init: until then they count
+    # against RLIMIT_NPROC). 1 s was too short on a loaded machine: the next call's own fork failed.
+    deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             os.kill(-1, signal.SIGKILL)  # every process this one may signal, itself excepted
