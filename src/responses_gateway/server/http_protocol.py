@@ -300,7 +300,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             # The app answered without waiting for this body: that answer stands, no 408 after it.
             self.transport.close()
             return
-        if self.cycle is not None and not self.cycle.response_complete and what == "body":
+        if what == "body" and self.cycle is not None:
             # The app is waiting for this body: it sees a disconnect, and what it sends is dropped (the
             # 408 is the response; ``disconnected`` makes uvicorn's ``send`` a no-op, where writing to
             # the closed transport raised in the app).
